@@ -1,0 +1,19 @@
+"""gnnpipe: deep GNN training on whole graphs with GNNPipe's layer pipeline, graph parallelism
+and their hybrid, on Dask workers."""
+
+from __future__ import annotations
+
+from gnnpipe import datasets, models, schedule
+from gnnpipe.engine.chunked import Techniques
+from gnnpipe.events import Timeline
+from gnnpipe.partition import Partitioning, chunk, partition
+from gnnpipe.run import Run
+from gnnpipe.simulate import simulate
+from gnnpipe.train import train
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Partitioning", "Run", "Techniques", "Timeline", "chunk", "datasets", "models", "partition",
+    "schedule", "simulate", "train", "__version__",
+]

@@ -103,3 +103,45 @@ class Timeline:
     @classmethod
     def read_json(cls, path: str | Path) -> "Timeline":
         return cls.from_events(json.loads(Path(path).read_text()))
+
+    def peak_inflight(self) -> pd.Series:
+        """Peak activation memory per rank, in chunks (micro-batches).
+
+        A chunk is in flight on a rank from the end of its forward there to the end of its
+        backward there; a backward ending at the same instant as a forward frees first.
+        """
+        ranks = sorted(self.df["rank"].unique())
+        work = self.df[self.df["kind"].isin(["forward", "backward"])]
+        events = pd.DataFrame({
+            "rank": work["rank"], "time": work["end"],
+            "delta": (work["kind"] == "forward").map({True: 1, False: -1}),
+        }).sort_values(["rank", "time", "delta"], kind="stable")
+        peak = events.groupby("rank")["delta"].cumsum().groupby(events["rank"]).max()
+        return peak.reindex(ranks, fill_value=0).clip(lower=0).astype("int64").rename(
+            "peak_inflight").rename_axis("rank")
+
+    def to_chrome_trace(self, path: str | Path) -> Path:
+        """Write the timeline as Trace Event Format JSON (Perfetto, chrome://tracing).
+
+        One complete (``"X"``) event per row, times in microseconds, ``tid`` = rank, plus
+        one ``thread_name`` metadata event per rank.
+        """
+        path = Path(path)
+        names = {"forward": "F", "backward": "B"}
+        events: list[dict] = [
+            {"name": "thread_name", "ph": "M", "pid": 0, "tid": int(r),
+             "args": {"name": f"rank {int(r)}"}}
+            for r in sorted(self.df["rank"].unique())
+        ]
+        for row in self.df.itertuples(index=False):
+            name = names.get(row.kind, row.kind)
+            events.append({
+                "name": f"{name} c{row.chunk}" if row.chunk >= 0 else name,
+                "cat": row.kind, "ph": "X", "pid": 0, "tid": int(row.rank),
+                "ts": float(row.start) * 1e6, "dur": float(row.end - row.start) * 1e6,
+                "args": {"stage": int(row.stage), "way": int(row.way), "chunk": int(row.chunk),
+                         "epoch": int(row.epoch), "bytes": int(row.bytes),
+                         "peer": int(row.peer)},
+            })
+        path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+        return path

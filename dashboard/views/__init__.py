@@ -1,0 +1,1 @@
+"""Dashboard views: pure functions from gnnpipe tables to HoloViews elements."""

@@ -1,0 +1,230 @@
+"""GNNPipe's chunked epoch: historical-embedding aggregation with a pull-style backward.
+
+A :class:`StageExecutor` owns a contiguous range of a :class:`~gnnpipe.models.LayerStack` and, for
+each aggregating block in it, a full-graph input buffer ``Hbuf``, its snapshot and a gradient
+buffer ``dZbuf`` (DESIGN.md §4). It runs one chunk forward or backward at a time; the local engine
+(:class:`LocalEngine`) chains stages in one process and the distributed runtime puts one executor
+on each rank and adds communication, so both compute exactly the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from gnnpipe.engine.graph import Adjacency
+from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed
+from gnnpipe.models import LayerStack
+
+
+@dataclass(frozen=True)
+class Techniques:
+    """GNNPipe's convergence techniques (DESIGN.md §4); all on by default.
+
+    Attributes:
+        random_order: a fresh seeded chunk order every epoch (the same on every stage).
+        snapshot: reset ``Hbuf`` from a snapshot at each epoch start; refresh the snapshot at the
+            end of epoch ``e`` when ``e % snapshot_period == 0``.
+        snapshot_period: epochs between snapshots.
+        unbiased_grad: zero ``dZbuf`` each epoch and double a chunk's rows after its backward.
+    """
+
+    random_order: bool = True
+    snapshot: bool = True
+    snapshot_period: int = 23
+    unbiased_grad: bool = True
+
+    @classmethod
+    def coerce(cls, value: "Techniques | dict | bool | None") -> "Techniques":
+        """Accept a Techniques, a dict of fields, ``True``/``None`` (all on) or ``False`` (all off)."""
+        if value is None or value is True:
+            return cls()
+        if value is False:
+            return cls(random_order=False, snapshot=False, unbiased_grad=False)
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            unknown = set(value) - set(cls.__dataclass_fields__)
+            if unknown:
+                raise ValueError(f"techniques: unknown switches {sorted(unknown)}; expected some of "
+                                 f"{sorted(cls.__dataclass_fields__)}")
+            return cls(**value)
+        raise TypeError(f"techniques: expected Techniques, dict or bool, got {type(value).__name__}")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.snapshot_period, bool) or not isinstance(self.snapshot_period, int) \
+                or self.snapshot_period < 1:
+            raise ValueError(f"techniques.snapshot_period: expected an integer >= 1, "
+                             f"got {self.snapshot_period!r}")
+
+
+_ORDER_KEY = 1 << 30  # a (chunk, key) pair no dropout mask uses
+
+
+def chunk_order(num_chunks: int, seed: int, epoch: int, random_order: bool) -> list[int]:
+    """The chunk order of an epoch: identical on every stage for the same (seed, epoch)."""
+    if not random_order:
+        return list(range(num_chunks))
+    gen = torch.Generator().manual_seed(mask_seed(seed, epoch, _ORDER_KEY, _ORDER_KEY))
+    return torch.randperm(num_chunks, generator=gen).tolist()
+
+
+@dataclass
+class LayerBuffers:
+    """Full-graph state of one aggregating block: ``Hbuf``, its snapshot and ``dZbuf``."""
+
+    H: Tensor
+    dZ: Tensor
+    snap: Tensor | None
+
+
+class _ChunkAggregate(torch.autograd.Function):
+    """``Z[c] = Â[c,:] @ Hbuf`` after writing ``h`` into ``Hbuf[c]``; backward pulls
+    ``dH[c] = Âᵀ[c,:] @ dZbuf`` after writing the chunk's gradient into ``dZbuf[c]``."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, buf: LayerBuffers, rows: Adjacency, lo: int, hi: int,  # type: ignore[override]
+                double: bool, cached: Tensor | None) -> Tensor:
+        ctx.buf, ctx.rows, ctx.lo, ctx.hi, ctx.double = buf, rows, lo, hi, double
+        if cached is not None:  # recomputation: reuse the forward's aggregation, keep its inputs
+            return cached.clone()
+        buf.H[lo:hi] = h.detach()
+        return rows.A @ buf.H
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        buf = ctx.buf
+        buf.dZ[ctx.lo:ctx.hi] = grad
+        dh = ctx.rows.AT @ buf.dZ
+        if ctx.double:
+            buf.dZ[ctx.lo:ctx.hi] *= 2.0
+        return dh, None, None, None, None, None, None
+
+
+class ChunkContext:
+    """Block context for one chunk of one stage."""
+
+    def __init__(self, executor: "StageExecutor", chunk: int, epoch: int,
+                 cache: dict[int, Tensor] | None, replay: bool) -> None:
+        self.ex, self.chunk, self.epoch = executor, chunk, epoch
+        self.lo, self.hi = executor.bounds[chunk], executor.bounds[chunk + 1]
+        self.training = True
+        self.cache, self.replay = cache, replay
+
+    def aggregate(self, h: Tensor, key: int) -> Tensor:
+        buf = self.ex.buffers_for(key, h.size(1), h.dtype)
+        cached = self.cache[key] if self.replay and self.cache is not None else None
+        z = _ChunkAggregate.apply(h, buf, self.ex.rows[self.chunk], self.lo, self.hi,
+                                  self.ex.techniques.unbiased_grad, cached)
+        if self.cache is not None and not self.replay:
+            self.cache[key] = z.detach()
+        return z
+
+    def dropout(self, h: Tensor, p: float, key: int) -> Tensor:
+        if p == 0.0:
+            return h
+        return keyed_dropout(h, p, mask_seed(self.ex.seed, self.epoch, self.chunk, key))
+
+
+@dataclass
+class _Saved:
+    inputs: list[Tensor]
+    outputs: list[Tensor] = field(default_factory=list)
+    cache: dict[int, Tensor] | None = None
+    target: tuple[Tensor, Tensor, int] | None = None
+
+
+class StageExecutor:
+    """Runs blocks ``start:stop`` of ``model`` chunk by chunk with historical embeddings.
+
+    Args:
+        model: the whole stack (only blocks ``start:stop`` are run; parameters are shared).
+        start, stop: the stage's block range.
+        adj: normalised adjacency of the chunk-ordered graph.
+        bounds: ``C + 1`` row offsets; chunk ``c`` is rows ``bounds[c]:bounds[c+1]``.
+        techniques: convergence switches.
+        seed: keys dropout masks.
+        recompute: keep only stage inputs and aggregation outputs; rerun the forward in backward.
+    """
+
+    def __init__(self, model: LayerStack, start: int, stop: int, adj: Adjacency,
+                 bounds: Sequence[int], techniques: Techniques, seed: int,
+                 recompute: bool = False) -> None:
+        self.model, self.start, self.stop = model, start, stop
+        self.bounds = [int(b) for b in bounds]
+        self.num_nodes = adj.num_nodes
+        self.rows = [adj.rows(self.bounds[c], self.bounds[c + 1]) for c in range(len(self.bounds) - 1)]
+        self.techniques, self.seed, self.recompute = techniques, seed, recompute
+        self.is_last = stop == len(model)
+        self.buffers: dict[int, LayerBuffers] = {}
+        self.saved: dict[int, _Saved] = {}
+        self.epoch = 0
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.rows)
+
+    def buffers_for(self, key: int, width: int, dtype: torch.dtype) -> LayerBuffers:
+        buf = self.buffers.get(key)
+        if buf is None:
+            shape = (self.num_nodes, width)
+            snap = torch.zeros(shape, dtype=dtype) if self.techniques.snapshot else None
+            buf = LayerBuffers(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype), snap)
+            self.buffers[key] = buf
+        return buf
+
+    def begin_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.saved.clear()
+        for buf in self.buffers.values():
+            if buf.snap is not None:
+                buf.H.copy_(buf.snap)
+            if self.techniques.unbiased_grad:
+                buf.dZ.zero_()
+
+    def end_epoch(self) -> None:
+        t = self.techniques
+        if t.snapshot and self.epoch % t.snapshot_period == 0:
+            for buf in self.buffers.values():
+                buf.snap.copy_(buf.H)  # type: ignore[union-attr]
+
+    def _run(self, chunk: int, inputs: list[Tensor], cache: dict[int, Tensor] | None,
+             replay: bool, target: tuple[Tensor, Tensor, int] | None) -> list[Tensor]:
+        ctx = ChunkContext(self, chunk, self.epoch, cache, replay)
+        h, h0 = self.model.run(inputs[0], ctx, self.start, self.stop,
+                               inputs[1] if len(inputs) > 1 else None)
+        if target is not None:
+            y, mask, num_train = target
+            return [chunk_loss(h, y, mask, num_train)]
+        return [h] if h0 is None else [h, h0]
+
+    def forward(self, chunk: int, inputs: list[Tensor],
+                target: tuple[Tensor, Tensor, int] | None = None) -> list[Tensor]:
+        """Forward one chunk. ``inputs`` is ``[h]`` or ``[h, h0]``; the last stage gets ``target``
+        ``(y rows, train-mask rows, total training nodes)`` and returns ``[loss]``.
+        Returns detached outputs (to send on); the graph is kept for :meth:`backward`."""
+        leaves = [t.detach().requires_grad_(t.is_floating_point() and self.start > 0) for t in inputs]
+        cache: dict[int, Tensor] | None = {} if self.recompute else None
+        grad_mode = torch.no_grad() if self.recompute else torch.enable_grad()
+        with grad_mode:
+            outputs = self._run(chunk, leaves, cache, replay=False, target=target)
+        self.saved[chunk] = _Saved(leaves, [] if self.recompute else outputs, cache, target)
+        return [o.detach() for o in outputs]
+
+    def backward(self, chunk: int, grads: list[Tensor | None] | None = None) -> list[Tensor | None]:
+        """Backward one chunk from the gradients of its outputs (``None`` on the last stage);
+        returns the gradients of its inputs (``None`` where an input needs none)."""
+        saved = self.saved.pop(chunk)
+        outputs = saved.outputs
+        if self.recompute:
+            outputs = self._run(chunk, saved.inputs, saved.cache, replay=True, target=saved.target)
+        if grads is None:
+            pairs = [(outputs[0], None)]
+        else:
+            pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        return [t.grad if t.requires_grad else None for t in saved.inputs]

@@ -1,0 +1,82 @@
+"""The GNNPipe chunked epoch in one process (``mode="local"``): stages chained without communication."""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import torch
+from torch_geometric.data import Data
+
+from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
+from gnnpipe.engine.graph import Adjacency
+from gnnpipe.events import OpEvent
+from gnnpipe.models import LayerStack
+
+
+def stage_ranges(num_blocks: int, stages: int) -> list[tuple[int, int]]:
+    """Split ``num_blocks`` blocks into ``stages`` contiguous ranges, as even as possible."""
+    if not 1 <= stages <= num_blocks:
+        raise ValueError(f"stages: expected 1 to {num_blocks} (the model's blocks), got {stages}")
+    cuts = [round(i * num_blocks / stages) for i in range(stages + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+class LocalEngine:
+    """Runs the chunked epoch over ``S`` stage executors in one process.
+
+    Args:
+        model: the stack to train (in place).
+        data: the chunk-ordered graph (chunk ``c`` is rows ``bounds[c]:bounds[c+1]``).
+        adj: its normalised adjacency.
+        bounds: ``C + 1`` chunk offsets.
+        ranges: the stages' block ranges.
+        techniques, seed, recompute: see :class:`~gnnpipe.engine.chunked.StageExecutor`.
+    """
+
+    def __init__(self, model: LayerStack, data: Data, adj: Adjacency, bounds: Sequence[int],
+                 ranges: Sequence[tuple[int, int]], techniques: Techniques, seed: int,
+                 recompute: bool = False) -> None:
+        self.data, self.bounds, self.seed, self.techniques = data, [int(b) for b in bounds], seed, techniques
+        self.stages = [StageExecutor(model, a, b, adj, bounds, techniques, seed, recompute)
+                       for a, b in ranges]
+        self.num_train = int(data.train_mask.sum())
+        self.events: list[OpEvent] = []
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.bounds) - 1
+
+    def _target(self, c: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        lo, hi = self.bounds[c], self.bounds[c + 1]
+        return self.data.y[lo:hi], self.data.train_mask[lo:hi], self.num_train
+
+    def _timed(self, stage: int, chunk: int, epoch: int, kind: str, fn, *args):
+        start = time.perf_counter()
+        out = fn(*args)
+        self.events.append(OpEvent(stage, stage, 0, chunk, epoch, kind, start, time.perf_counter()))
+        return out
+
+    def train_epoch(self, optimizer: torch.optim.Optimizer, epoch: int) -> float:
+        """Forward all chunks in the epoch's order, backward in reverse, one optimizer step."""
+        optimizer.zero_grad(set_to_none=True)
+        for ex in self.stages:
+            ex.begin_epoch(epoch)
+        order = chunk_order(self.num_chunks, self.seed, epoch, self.techniques.random_order)
+        last = len(self.stages) - 1
+        loss = 0.0
+        for c in order:
+            lo, hi = self.bounds[c], self.bounds[c + 1]
+            tensors = [self.data.x[lo:hi]]
+            for s, ex in enumerate(self.stages):
+                target = self._target(c) if s == last else None
+                tensors = self._timed(s, c, epoch, "forward", ex.forward, c, tensors, target)
+            loss += float(tensors[0].detach())
+        for c in reversed(order):
+            grads = None
+            for s in range(last, -1, -1):
+                grads = self._timed(s, c, epoch, "backward", self.stages[s].backward, c, grads)
+        optimizer.step()
+        for ex in self.stages:
+            ex.end_epoch()
+        return loss

@@ -1,0 +1,85 @@
+"""`Run`: what a training job returns — history, best epoch, measured timeline and bytes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gnnpipe.events import Timeline
+
+HISTORY_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "val_loss",
+                   "epoch_time", "comm_bytes")
+
+
+def best_epoch(history: pd.DataFrame) -> dict[str, float]:
+    """The epoch with the highest validation accuracy (ties: lowest validation loss, then earliest),
+    with its validation and test accuracy."""
+    if history.empty:
+        return {}
+    ranked = history.sort_values(["val_acc", "val_loss", "epoch"], ascending=[False, True, True])
+    row = ranked.iloc[0]
+    return {"epoch": int(row["epoch"]), "val_acc": float(row["val_acc"]),
+            "test_acc": float(row["test_acc"])}
+
+
+@dataclass
+class Run:
+    """A training job's results.
+
+    Attributes:
+        config: the arguments it ran with (plain values).
+        history: one row per epoch with :data:`HISTORY_COLUMNS`.
+        timeline: measured ops (rank, stage, chunk, kind, start, end, bytes, ...).
+        comm: bytes sent per (src, dst, kind); empty for one-process modes.
+    """
+
+    config: dict[str, Any]
+    history: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=HISTORY_COLUMNS))
+    timeline: Timeline = field(default_factory=Timeline)
+    comm: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=["src", "dst", "kind", "bytes"]))
+
+    @property
+    def best(self) -> dict[str, float]:
+        """``{epoch, val_acc, test_acc}``: test accuracy at the best validation epoch."""
+        return best_epoch(self.history)
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    def wait(self) -> "Run":
+        return self
+
+    def to_chrome_trace(self, path: str | Path) -> Path:
+        """Write the measured timeline as a Trace Event Format file (opens in Perfetto)."""
+        return self.timeline.to_chrome_trace(path)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``history.csv``, ``trace.json``, ``timeline.json`` and ``config.json`` into ``folder``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.history.to_csv(folder / "history.csv", index=False)
+        self.timeline.to_json(folder / "timeline.json")
+        self.to_chrome_trace(folder / "trace.json")
+        (folder / "config.json").write_text(json.dumps(self.config, indent=2, default=str))
+        return folder
+
+    def summary(self) -> pd.DataFrame:
+        """One row: mode, best epoch and accuracies, median epoch time, bytes per epoch."""
+        h = self.history
+        row = {"mode": self.config.get("mode"), **self.best,
+               "epoch_time_s": float(h["epoch_time"].median()) if len(h) else float("nan"),
+               "comm_bytes_per_epoch": float(h["comm_bytes"].median()) if len(h) else 0.0}
+        return pd.DataFrame([row])
+
+    def __repr__(self) -> str:
+        best = self.best
+        if not best:
+            return f"Run(mode={self.config.get('mode')!r}, no epochs)"
+        return (f"Run(mode={self.config.get('mode')!r}, epochs={len(self.history)}, "
+                f"best epoch {best['epoch']}: val {best['val_acc']:.4f}, test {best['test_acc']:.4f})")

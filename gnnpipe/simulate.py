@@ -1,0 +1,126 @@
+"""Discrete-event simulation of a Schedule with op costs, giving a predicted Timeline."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from gnnpipe.events import COLUMNS, Timeline
+
+if TYPE_CHECKING:
+    from gnnpipe.schedule import Op, OpKey, Schedule
+
+#: Op costs in seconds: one number, a mapping keyed by ``kind``, ``(kind, stage)`` or
+#: ``(kind, stage, chunk)`` (most specific wins), or a callable ``op -> seconds``.
+Costs = float | Mapping[object, float] | Callable[["Op"], float]
+
+
+def simulate(schedule: Schedule, costs: Costs, comm: float | None = None) -> Timeline:
+    """Predict when every op of ``schedule`` runs.
+
+    Each rank runs its ops in list order; an op starts at the latest of the time its
+    rank becomes free and the end of each of its dependencies, plus ``comm`` seconds for
+    a dependency on an op of another rank (the implicit send/recv between stages).
+
+    Args:
+        schedule: The schedule to run.
+        costs: Seconds per op (see :data:`Costs`), e.g. ``{"forward": 1, "backward": 2}``.
+        comm: Transfer delay in seconds on every cross-rank dependency; ``None`` for 0.
+
+    Returns:
+        A Timeline with one row per op (rank = the op list it sits in, epoch 0,
+        bytes 0, peer -1), rows in rank order then run order.
+
+    Raises:
+        TypeError: If ``costs`` or ``comm`` (or a cost) is not a number where one is due.
+        ValueError: On a missing, negative or non-finite cost, a negative ``comm``, or a
+            schedule that cannot progress (a dependency cycle or an op waiting for a
+            later one).
+    """
+    cost_of = _cost_function(costs)
+    delay = _check_seconds("comm", 0.0 if comm is None else comm)
+    ops = list(schedule.ops())
+    rank_of = [r for r, rank_ops in enumerate(schedule.ranks) for _ in rank_ops]
+    index = {op.key: i for i, op in enumerate(ops)}
+    preds: list[list[int]] = [[index[tuple(d)] for d in op.deps] for op in ops]
+    prev_on_rank = [i - 1 if i > 0 and rank_of[i - 1] == rank_of[i] else -1
+                    for i in range(len(ops))]
+    waiting = [len(p) + (prev_on_rank[i] >= 0) for i, p in enumerate(preds)]
+    succs: list[list[int]] = [[] for _ in ops]
+    for i, p in enumerate(preds):
+        for j in p:
+            succs[j].append(i)
+        if prev_on_rank[i] >= 0:
+            succs[prev_on_rank[i]].append(i)
+
+    start = [math.nan] * len(ops)
+    end = [math.nan] * len(ops)
+    ready = deque(i for i, w in enumerate(waiting) if w == 0)
+    while ready:
+        i = ready.popleft()
+        t = end[prev_on_rank[i]] if prev_on_rank[i] >= 0 else 0.0
+        for j in preds[i]:
+            t = max(t, end[j] + (delay if rank_of[j] != rank_of[i] else 0.0))
+        start[i], end[i] = t, t + cost_of(ops[i])
+        for k in succs[i]:
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                ready.append(k)
+    if any(math.isnan(e) for e in end):
+        raise ValueError(_deadlock_message(schedule, ops, rank_of, end, index))
+    frame = pd.DataFrame({
+        "rank": rank_of, "stage": [op.stage for op in ops], "way": [op.way for op in ops],
+        "chunk": [op.chunk for op in ops], "epoch": 0, "kind": [op.kind for op in ops],
+        "start": start, "end": end, "bytes": 0, "peer": -1,
+    }, columns=list(COLUMNS))
+    return Timeline(frame)
+
+
+def _deadlock_message(schedule: Schedule, ops: list[Op], rank_of: list[int],
+                      end: list[float], index: dict[OpKey, int]) -> str:
+    """Describe, per stuck rank, the first op it cannot run and what that op waits for."""
+    stuck = []
+    for r in range(schedule.num_ranks):
+        pending = [i for i, rk in enumerate(rank_of) if rk == r and math.isnan(end[i])]
+        if not pending:
+            continue
+        op = ops[pending[0]]
+        unmet = [tuple(d) for d in op.deps if math.isnan(end[index[tuple(d)]])]
+        stuck.append(f"rank {r} is stuck at {op.key} waiting for {unmet}")
+    return f"schedule {schedule.name!r} cannot progress (deadlock): " + "; ".join(stuck)
+
+
+def _check_seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return value
+
+
+def _cost_function(costs: Costs) -> Callable[[Op], float]:
+    """Turn ``costs`` into a checked ``op -> seconds`` function."""
+    if isinstance(costs, numbers.Real) and not isinstance(costs, bool):
+        seconds = _check_seconds("costs", costs)
+        return lambda op: seconds
+    if isinstance(costs, Mapping):
+        table = dict(costs)
+
+        def lookup(op: Op) -> float:
+            for key in ((op.kind, op.stage, op.chunk), (op.kind, op.stage), op.kind):
+                if key in table:
+                    return _check_seconds(f"costs[{key!r}]", table[key])
+            raise ValueError(
+                f"costs has no entry for op {op.key}: give {op.kind!r}, "
+                f"{(op.kind, op.stage)!r} or {(op.kind, op.stage, op.chunk)!r}")
+        return lookup
+    if callable(costs):
+        return lambda op: _check_seconds(f"costs({op.key})", costs(op))
+    raise TypeError(
+        f"costs must be a number, a mapping or a callable op -> seconds, got {type(costs).__name__}")

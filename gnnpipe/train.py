@@ -1,0 +1,136 @@
+"""`gnnpipe.train()`: check the arguments, choose the engine for the mode, return a `Run`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict
+from typing import Any
+
+import pandas as pd
+import torch
+from torch_geometric.data import Data
+from tqdm.auto import tqdm
+
+from gnnpipe import datasets
+from gnnpipe.engine import single
+from gnnpipe.engine.chunked import Techniques
+from gnnpipe.engine.graph import normalized_adjacency
+from gnnpipe.engine.local import LocalEngine, stage_ranges
+from gnnpipe.events import OpEvent, Timeline
+from gnnpipe.models import LayerStack
+from gnnpipe.partition import chunk as make_chunks
+from gnnpipe.run import HISTORY_COLUMNS, Run
+
+logger = logging.getLogger(__name__)
+
+MODES = ("single", "local", "pipeline", "graph", "hybrid")
+DISTRIBUTED = ("pipeline", "graph", "hybrid")
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return value
+
+
+def _check(model: Any, data: Any, mode: str, epochs: Any, lr: Any, stages: Any, chunks: Any,
+           weight_decay: Any) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
+    if not isinstance(model, LayerStack):
+        raise TypeError(f"model: expected a gnnpipe LayerStack (gp.models.gcnii(...) etc.), "
+                        f"got {type(model).__name__}")
+    datasets.validate(data)
+    _positive_int("epochs", epochs)
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or lr <= 0:
+        raise ValueError(f"lr: expected a positive number, got {lr!r}")
+    if not isinstance(weight_decay, (int, float)) or weight_decay < 0:
+        raise ValueError(f"weight_decay: expected a number >= 0, got {weight_decay!r}")
+    if data.x.size(1) != model.in_dim:
+        raise ValueError(f"model: its input width {model.in_dim} does not match "
+                         f"data.x's {data.x.size(1)} features")
+    _positive_int("stages", stages)
+    if stages > len(model):
+        raise ValueError(f"stages: {stages} stages need at least as many blocks, but the model has "
+                         f"{len(model)} ({model.num_layers} GNN layers plus projections)")
+    _positive_int("chunks", chunks)
+    if chunks > data.num_nodes:
+        raise ValueError(f"chunks: {chunks} chunks exceed the graph's {data.num_nodes} nodes")
+
+
+def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 200,
+          lr: float = 0.01, weight_decay: float = 5e-4, gnn_weight_decay: float | None = None,
+          seed: int = 0, stages: int = 1, chunks: int | None = None,
+          techniques: Techniques | dict | bool | None = None, recompute: bool = False,
+          progress: bool = True) -> Run:
+    """Train ``model`` in place on ``data`` and return a :class:`~gnnpipe.run.Run`.
+
+    Args:
+        model: a :class:`~gnnpipe.models.LayerStack` (``gp.models.gcnii(...)`` and friends).
+        data: a PyG ``Data`` with features, labels and train/val/test masks.
+        mode: ``"single"`` (exact full graph) or ``"local"`` (GNNPipe's chunked epoch in one
+            process); ``"pipeline"``, ``"graph"`` and ``"hybrid"`` run on Dask workers.
+        epochs: optimizer steps (one per epoch in every mode).
+        lr: Adam learning rate.
+        weight_decay: L2 on the input projection and classifier (and on GNN layers unless
+            ``gnn_weight_decay`` is given).
+        gnn_weight_decay: L2 on the GNN layers.
+        seed: seeds chunking, chunk order and dropout masks; the model's initial weights are yours.
+        stages: pipeline stages (block ranges); the math of ``local`` does not depend on it.
+        chunks: chunks per epoch; default ``4 × stages`` for chunked modes.
+        techniques: GNNPipe's convergence switches (:class:`~gnnpipe.engine.chunked.Techniques`).
+        recompute: keep only stage inputs and aggregations; rerun the forward in backward.
+        progress: show a tqdm bar.
+    """
+    chunks = 4 * stages if chunks is None else chunks
+    _check(model, data, mode, epochs, lr, stages, chunks, weight_decay)
+    tech = Techniques.coerce(techniques)
+    if mode in DISTRIBUTED:
+        raise NotImplementedError(f"mode {mode!r} needs the Dask runtime, which is not built yet; "
+                                  "use mode='local' for the same math in one process")
+    config = {"mode": mode, "model": model.name, "layers": model.num_layers, "epochs": epochs,
+              "lr": lr, "weight_decay": weight_decay, "gnn_weight_decay": gnn_weight_decay,
+              "seed": seed, "stages": stages, "chunks": chunks if mode != "single" else 1,
+              "techniques": asdict(tech), "recompute": recompute,
+              "dataset": getattr(data, "name", None)}
+    optimizer = torch.optim.Adam(model.param_groups(weight_decay, gnn_weight_decay), lr=lr)
+
+    events: list[OpEvent] = []
+    if mode == "single":
+        adj = normalized_adjacency(data.edge_index, data.num_nodes, model.norm)
+        eval_data = data
+
+        def step(epoch: int) -> float:
+            return single.train_epoch(model, data, adj, optimizer, seed, epoch)
+    else:
+        parts = make_chunks(data, chunks, seed=seed)
+        eval_data = parts.apply(data)
+        adj = normalized_adjacency(eval_data.edge_index, eval_data.num_nodes, model.norm)
+        engine = LocalEngine(model, eval_data, adj, parts.bounds.tolist(),
+                             stage_ranges(len(model), stages), tech, seed, recompute)
+        events = engine.events
+
+        def step(epoch: int) -> float:
+            return engine.train_epoch(optimizer, epoch)
+
+    rows = []
+    origin = time.perf_counter()
+    bar = tqdm(range(epochs), desc=f"{model.name}-{model.num_layers} {mode}", disable=not progress,
+               leave=False)
+    for epoch in bar:
+        start = time.perf_counter()
+        loss = step(epoch)
+        elapsed = time.perf_counter() - start
+        metrics = single.evaluate(model, eval_data, adj)
+        rows.append({"epoch": epoch, "loss": loss, **metrics, "epoch_time": elapsed,
+                     "comm_bytes": 0})
+        bar.set_postfix(loss=f"{loss:.3f}", val=f"{metrics['val_acc']:.3f}",
+                        test=f"{metrics['test_acc']:.3f}")
+    history = pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
+    timeline = Timeline.from_events(events)
+    if len(timeline):
+        timeline.df[["start", "end"]] -= origin
+    run = Run(config=config, history=history, timeline=timeline)
+    logger.info("%r", run)
+    return run

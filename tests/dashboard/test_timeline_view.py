@@ -1,0 +1,76 @@
+"""Tests for dashboard.views.timeline: lanes, rows, colours, hover and the predicted pair."""
+
+from __future__ import annotations
+
+import holoviews as hv
+import numpy as np
+import pandas as pd
+import pytest
+
+from dashboard.views.timeline import KIND_COLORS, OTHER_COLOR, timeline_plot
+from gnnpipe import schedule
+from gnnpipe.events import KINDS, Timeline
+from gnnpipe.simulate import simulate
+
+
+@pytest.fixture
+def timeline() -> Timeline:
+    return simulate(schedule.gnnpipe(3, 4, step=True), {"forward": 1, "backward": 2, "step": 1})
+
+
+def test_one_rectangle_per_op_in_rank_lanes(timeline: Timeline) -> None:
+    el = timeline_plot(timeline)
+    assert isinstance(el, hv.Rectangles)
+    assert len(el) == len(timeline) == 27
+    np.testing.assert_array_equal(el.dimension_values("start"), timeline.df["start"])
+    np.testing.assert_array_equal(el.dimension_values("end"), timeline.df["end"])
+    lo, hi = el.dimension_values("lo"), el.dimension_values("hi")
+    np.testing.assert_allclose((lo + hi) / 2, timeline.df["rank"])
+    assert (hi - lo > 0).all() and (hi - lo < 1).all()  # lanes do not overlap
+    assert sorted(set(el.dimension_values("rank"))) == [0, 1, 2]
+
+
+def test_colours_by_kind(timeline: Timeline) -> None:
+    assert set(KINDS) <= set(KIND_COLORS)
+    assert len(set(KIND_COLORS.values())) == len(KIND_COLORS)
+    el = timeline_plot(timeline)
+    kinds, colors = el.dimension_values("kind"), el.dimension_values("color")
+    assert [KIND_COLORS[k] for k in kinds] == list(colors)
+    assert set(colors) == {KIND_COLORS["forward"], KIND_COLORS["backward"], KIND_COLORS["step"]}
+    assert el.opts.get().kwargs["color"] == "color"
+
+
+def test_unknown_kind_gets_fallback_colour() -> None:
+    df = pd.DataFrame([{"rank": 0, "stage": 0, "way": 0, "chunk": 0, "epoch": 0,
+                        "kind": "mystery", "start": 0.0, "end": 1.0, "bytes": 0, "peer": -1}])
+    assert list(timeline_plot(Timeline(df)).dimension_values("color")) == [OTHER_COLOR]
+
+
+def test_bokeh_render_has_hover_lanes_and_title(timeline: Timeline) -> None:
+    fig = hv.render(timeline_plot(timeline, title="gnnpipe"), backend="bokeh")
+    hover = [t for t in fig.tools if type(t).__name__ == "HoverTool"]
+    assert hover, "hover tool missing"
+    fields = " ".join(label for label, _ in hover[0].tooltips)
+    for name in ("chunk", "kind", "start", "end"):
+        assert name in fields
+    assert fig.yaxis[0].major_label_overrides == {0: "rank 0", 1: "rank 1", 2: "rank 2"}
+    assert fig.title.text.startswith("gnnpipe: 3 ranks, makespan 19 s")
+
+
+def test_predicted_beside_measured(timeline: Timeline) -> None:
+    predicted = simulate(schedule.gnnpipe(3, 4), 1.0)
+    layout = timeline_plot(timeline, title="measured", predicted=predicted)
+    assert isinstance(layout, hv.Layout)
+    measured_el, predicted_el = layout
+    assert len(measured_el) == len(timeline) and len(predicted_el) == len(predicted)
+    assert predicted_el.opts.get().kwargs["title"].startswith("predicted:")
+    hv.render(layout, backend="bokeh")
+
+
+def test_pure_function_and_empty_timeline(timeline: Timeline) -> None:
+    before = timeline.df.copy()
+    timeline_plot(timeline)
+    pd.testing.assert_frame_equal(timeline.df, before)
+    empty = timeline_plot(Timeline())
+    assert len(empty) == 0
+    hv.render(empty, backend="bokeh")
