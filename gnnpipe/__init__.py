@@ -10,10 +10,22 @@ from gnnpipe.partition import Partitioning, chunk, partition
 from gnnpipe.run import Run
 from gnnpipe.simulate import simulate
 from gnnpipe.train import train
+from gnnpipe.volume import comm_volume
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Partitioning", "Run", "Techniques", "Timeline", "chunk", "datasets", "models", "partition",
-    "schedule", "simulate", "train", "__version__",
+    "Partitioning",
+    "Run",
+    "Techniques",
+    "Timeline",
+    "__version__",
+    "chunk",
+    "comm_volume",
+    "datasets",
+    "models",
+    "partition",
+    "schedule",
+    "simulate",
+    "train",
 ]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
+from torch_geometric.utils import remove_self_loops, to_undirected
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def synthetic(
     counts = np.bincount(y, minlength=k)
     offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
 
-    m = int(round(n * avg_degree / 2))
+    m = round(n * avg_degree / 2)
     src = rng.integers(0, n, size=m)
     same = rng.random(m) < homophily
     shift = rng.integers(1, k, size=m)

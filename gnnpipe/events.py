@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
 
 import pandas as pd
 
@@ -54,14 +54,14 @@ class Timeline:
         self.df = frame.loc[:, list(COLUMNS)].astype(_DTYPES).reset_index(drop=True)
 
     @classmethod
-    def from_events(cls, events: Iterable[OpEvent | dict]) -> "Timeline":
+    def from_events(cls, events: Iterable[OpEvent | dict]) -> Timeline:
         rows = [asdict(e) if isinstance(e, OpEvent) else dict(e) for e in events]
         if not rows:
             return cls()
         return cls(pd.DataFrame(rows))
 
     @classmethod
-    def concat(cls, timelines: Iterable["Timeline"]) -> "Timeline":
+    def concat(cls, timelines: Iterable[Timeline]) -> Timeline:
         frames = [t.df for t in timelines if len(t.df)]
         return cls(pd.concat(frames, ignore_index=True)) if frames else cls()
 
@@ -101,7 +101,7 @@ class Timeline:
         return path
 
     @classmethod
-    def read_json(cls, path: str | Path) -> "Timeline":
+    def read_json(cls, path: str | Path) -> Timeline:
         return cls.from_events(json.loads(Path(path).read_text()))
 
     def peak_inflight(self) -> pd.Series:

@@ -8,8 +8,10 @@ or partitioned with halo exchange, and dropout masks are reproducible per (seed,
 
 from __future__ import annotations
 
+import itertools
 import math
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -87,6 +89,16 @@ class LayerStack(nn.Module):
         """Width of the tensors crossing stage boundaries inside the GNN layers."""
         widths = [b.out_dim for b in self.blocks[:-1]] or [self.blocks[-1].out_dim]
         return max(widths)
+
+    def boundary_widths(self, index: int) -> list[int]:
+        """Widths of the tensors entering block ``index`` from the block before: ``[h]`` or, when a
+        later block needs GCNII's initial embedding, ``[h, h0]``."""
+        if not 0 < index < len(self.blocks):
+            raise ValueError(f"index: a stage boundary lies between blocks 1 and {len(self) - 1}")
+        widths = [self.blocks[index - 1].out_dim]
+        needs_h0 = any(isinstance(b, GCNIILayer) for b in self.blocks[index:])
+        h0_width = next((b.out_dim for b in self.blocks if getattr(b, "sets_h0", False)), 0)
+        return widths + [h0_width] if needs_h0 and h0_width else widths
 
     def run(self, h: Tensor, ctx: Context, start: int = 0, stop: int | None = None,
             h0: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
@@ -224,7 +236,7 @@ def _check(layers: int, dims: dict[str, int], dropout: float) -> None:
 
 def _widths(in_dim: int, hidden: int, out_dim: int, layers: int) -> list[tuple[int, int]]:
     dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
-    return list(zip(dims[:-1], dims[1:]))
+    return list(itertools.pairwise(dims))
 
 
 def gcn(in_dim: int, hidden: int = 64, out_dim: int = 2, layers: int = 2,

@@ -52,7 +52,7 @@ class Run:
     def done(self) -> bool:
         return True
 
-    def wait(self) -> "Run":
+    def wait(self) -> Run:
         return self
 
     def to_chrome_trace(self, path: str | Path) -> Path:

@@ -9,8 +9,8 @@ on each rank and adds communication, so both compute exactly the same thing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -38,7 +38,7 @@ class Techniques:
     unbiased_grad: bool = True
 
     @classmethod
-    def coerce(cls, value: "Techniques | dict | bool | None") -> "Techniques":
+    def coerce(cls, value: Techniques | dict | bool | None) -> Techniques:
         """Accept a Techniques, a dict of fields, ``True``/``None`` (all on) or ``False`` (all off)."""
         if value is None or value is True:
             return cls()
@@ -107,7 +107,7 @@ class _ChunkAggregate(torch.autograd.Function):
 class ChunkContext:
     """Block context for one chunk of one stage."""
 
-    def __init__(self, executor: "StageExecutor", chunk: int, epoch: int,
+    def __init__(self, executor: StageExecutor, chunk: int, epoch: int,
                  cache: dict[int, Tensor] | None, replay: bool) -> None:
         self.ex, self.chunk, self.epoch = executor, chunk, epoch
         self.lo, self.hi = executor.bounds[chunk], executor.bounds[chunk + 1]
@@ -148,12 +148,14 @@ class StageExecutor:
         techniques: convergence switches.
         seed: keys dropout masks.
         recompute: keep only stage inputs and aggregation outputs; rerun the forward in backward.
+        input_grad: return gradients for the stage's inputs (default: unless it is the first stage).
     """
 
     def __init__(self, model: LayerStack, start: int, stop: int, adj: Adjacency,
                  bounds: Sequence[int], techniques: Techniques, seed: int,
-                 recompute: bool = False) -> None:
+                 recompute: bool = False, input_grad: bool | None = None) -> None:
         self.model, self.start, self.stop = model, start, stop
+        self.input_grad = start > 0 if input_grad is None else input_grad
         self.bounds = [int(b) for b in bounds]
         self.num_nodes = adj.num_nodes
         self.rows = [adj.rows(self.bounds[c], self.bounds[c + 1]) for c in range(len(self.bounds) - 1)]
@@ -206,7 +208,7 @@ class StageExecutor:
         """Forward one chunk. ``inputs`` is ``[h]`` or ``[h, h0]``; the last stage gets ``target``
         ``(y rows, train-mask rows, total training nodes)`` and returns ``[loss]``.
         Returns detached outputs (to send on); the graph is kept for :meth:`backward`."""
-        leaves = [t.detach().requires_grad_(t.is_floating_point() and self.start > 0) for t in inputs]
+        leaves = [t.detach().requires_grad_(t.is_floating_point() and self.input_grad) for t in inputs]
         cache: dict[int, Tensor] | None = {} if self.recompute else None
         grad_mode = torch.no_grad() if self.recompute else torch.enable_grad()
         with grad_mode:

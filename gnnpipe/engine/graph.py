@@ -35,7 +35,7 @@ class Adjacency:
     def nnz(self) -> int:
         return int(self.A.col_indices().numel())
 
-    def rows(self, lo: int, hi: int) -> "Adjacency":
+    def rows(self, lo: int, hi: int) -> Adjacency:
         """Rows ``lo:hi`` of ``Â`` and of ``Âᵀ`` (cheap views of the CSR arrays)."""
         return Adjacency(_row_slice(self.A, lo, hi), _row_slice(self.AT, lo, hi))
 

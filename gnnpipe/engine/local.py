@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch_geometric.data import Data
@@ -19,7 +20,7 @@ def stage_ranges(num_blocks: int, stages: int) -> list[tuple[int, int]]:
     if not 1 <= stages <= num_blocks:
         raise ValueError(f"stages: expected 1 to {num_blocks} (the model's blocks), got {stages}")
     cuts = [round(i * num_blocks / stages) for i in range(stages + 1)]
-    return list(zip(cuts[:-1], cuts[1:]))
+    return list(itertools.pairwise(cuts))
 
 
 class LocalEngine:

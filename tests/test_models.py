@@ -1,0 +1,79 @@
+"""Models: LayerStack structure, depth range, and agreement with PyTorch Geometric's layers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.nn import GCN2Conv, GCNConv
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+import gnnpipe as gp
+from gnnpipe.engine.graph import normalized_adjacency
+from gnnpipe.engine.single import FullGraphContext
+
+
+@pytest.mark.parametrize("name", sorted(gp.models.MODELS))
+@pytest.mark.parametrize("layers", [1, 2, 7, 128])
+def test_every_family_builds_any_depth(name, layers, small_graph):
+    model = gp.models.build(name, small_graph.num_features, 4, layers=layers, hidden=8)
+    assert model.num_layers == layers
+    adj = normalized_adjacency(small_graph.edge_index, small_graph.num_nodes, model.norm)
+    out = model(small_graph.x, FullGraphContext(adj))
+    assert out.shape == (small_graph.num_nodes, 4)
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("layers", [0, 129, 2.5])
+def test_depth_outside_1_to_128_is_rejected(layers):
+    with pytest.raises(ValueError, match="layers: expected an integer from 1 to 128"):
+        gp.models.gcn(8, layers=layers)
+
+
+def test_unknown_model_names_the_choices():
+    with pytest.raises(ValueError, match="model: unknown model 'gat'"):
+        gp.models.build("gat", 8, 2, layers=2)
+
+
+def test_bad_width_and_dropout_are_rejected():
+    with pytest.raises(ValueError, match="hidden"):
+        gp.models.gcnii(8, hidden=0)
+    with pytest.raises(ValueError, match="dropout"):
+        gp.models.sage(8, dropout=1.0)
+
+
+def test_gcnii_stack_layout_and_boundaries():
+    model = gp.models.gcnii(100, hidden=16, out_dim=3, layers=4)
+    assert [b.kind for b in model.blocks] == ["input"] + ["gnn"] * 4 + ["output"]
+    assert model.boundary_widths(1) == [16, 16]  # h and h0 cross into the GCNII layers
+    assert model.boundary_widths(5) == [16]  # the classifier needs no h0
+    groups = model.param_groups(5e-4, 0.01)
+    assert [g["weight_decay"] for g in groups] == [0.01, 5e-4]
+    assert sum(p.numel() for g in groups for p in g["params"]) == sum(
+        p.numel() for p in model.parameters())
+
+
+def test_gcn_matches_pyg_gcnconv(small_graph):
+    model = gp.models.gcn(small_graph.num_features, hidden=8, out_dim=4, layers=2, dropout=0.0)
+    convs = [GCNConv(24, 8), GCNConv(8, 4)]
+    for conv, block in zip(convs, model.blocks):
+        conv.lin.weight.data.copy_(block.lin.weight)
+        conv.bias.data.copy_(block.bias)
+    ei = small_graph.edge_index
+    ref = convs[1](convs[0](small_graph.x, ei).relu(), ei)
+    adj = normalized_adjacency(ei, small_graph.num_nodes, "sym")
+    assert torch.allclose(model(small_graph.x, FullGraphContext(adj)), ref, atol=1e-5)
+
+
+def test_gcnii_layer_matches_pyg_gcn2conv(small_graph):
+    model = gp.models.gcnii(small_graph.num_features, hidden=8, out_dim=4, layers=3, dropout=0.0)
+    ei, w = gcn_norm(small_graph.edge_index, num_nodes=small_graph.num_nodes)
+    adj = normalized_adjacency(small_graph.edge_index, small_graph.num_nodes, "sym")
+    ctx = FullGraphContext(adj)
+    h = h0 = model.blocks[0].lin(small_graph.x).relu()
+    for i, block in enumerate(model.blocks[1:4]):
+        conv = GCN2Conv(8, alpha=0.1, theta=0.5, layer=i + 1, shared_weights=True, normalize=False)
+        conv.weight1.data.copy_(block.weight)
+        ref = conv(h, h0, ei, w).relu()
+        ours, _ = block(h, h0, ctx)
+        assert torch.allclose(ours, ref, atol=1e-5)
+        h = ref
