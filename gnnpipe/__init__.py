@@ -8,6 +8,7 @@ from gnnpipe.engine.chunked import Techniques
 from gnnpipe.events import Timeline
 from gnnpipe.partition import Partitioning, chunk, partition
 from gnnpipe.run import Run
+from gnnpipe.runtime.cluster import Cluster
 from gnnpipe.simulate import simulate
 from gnnpipe.train import train
 from gnnpipe.volume import comm_volume
@@ -15,6 +16,7 @@ from gnnpipe.volume import comm_volume
 __version__ = "0.1.0"
 
 __all__ = [
+    "Cluster",
     "Partitioning",
     "Run",
     "Techniques",

@@ -110,11 +110,14 @@ class LayerStack(nn.Module):
     def forward(self, x: Tensor, ctx: Context) -> Tensor:
         return self.run(x, ctx)[0]
 
-    def param_groups(self, weight_decay: float, gnn_weight_decay: float | None = None) -> list[dict]:
-        """Optimizer groups: GNN-layer weights at ``gnn_weight_decay``, the rest at ``weight_decay``."""
+    def param_groups(self, weight_decay: float, gnn_weight_decay: float | None = None,
+                     start: int = 0, stop: int | None = None) -> list[dict]:
+        """Optimizer groups of blocks ``start:stop``: GNN-layer weights at ``gnn_weight_decay``,
+        the rest (projections, classifier) at ``weight_decay``."""
         gnn_wd = weight_decay if gnn_weight_decay is None else gnn_weight_decay
-        gnn = [p for b in self.blocks if b.kind == "gnn" for p in b.parameters()]
-        dense = [p for b in self.blocks if b.kind != "gnn" for p in b.parameters()]
+        blocks = list(self.blocks[start:stop])
+        gnn = [p for b in blocks if b.kind == "gnn" for p in b.parameters()]
+        dense = [p for b in blocks if b.kind != "gnn" for p in b.parameters()]
         groups = [{"params": gnn, "weight_decay": gnn_wd}, {"params": dense, "weight_decay": weight_decay}]
         return [g for g in groups if g["params"]]
 

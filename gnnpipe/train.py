@@ -35,7 +35,7 @@ def _positive_int(name: str, value: Any) -> int:
 
 
 def _check(model: Any, data: Any, mode: str, epochs: Any, lr: Any, stages: Any, chunks: Any,
-           weight_decay: Any) -> None:
+           weight_decay: Any, ways: Any, parts: Any, workers: Any) -> None:
     if mode not in MODES:
         raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
     if not isinstance(model, LayerStack):
@@ -57,13 +57,28 @@ def _check(model: Any, data: Any, mode: str, epochs: Any, lr: Any, stages: Any, 
     _positive_int("chunks", chunks)
     if chunks > data.num_nodes:
         raise ValueError(f"chunks: {chunks} chunks exceed the graph's {data.num_nodes} nodes")
+    _positive_int("ways", ways)
+    _positive_int("parts", parts)
+    if parts > data.num_nodes:
+        raise ValueError(f"parts: {parts} partitions exceed the graph's {data.num_nodes} nodes")
+    if mode == "hybrid" and chunks % ways:
+        raise ValueError(f"chunks: hybrid splits chunks evenly among ways; {chunks} chunks do not "
+                         f"divide into {ways} ways")
+    if workers is not None:
+        world = parts if mode == "graph" else stages * ways
+        _positive_int("workers", workers)
+        if mode in DISTRIBUTED and workers != world:
+            what = "parts" if mode == "graph" else "ways x stages"
+            raise ValueError(f"workers: {what} = {world} ranks, but workers={workers}; "
+                             "one rank runs on each worker")
 
 
 def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 200,
           lr: float = 0.01, weight_decay: float = 5e-4, gnn_weight_decay: float | None = None,
           seed: int = 0, stages: int = 1, chunks: int | None = None,
-          techniques: Techniques | dict | bool | None = None, recompute: bool = False,
-          progress: bool = True) -> Run:
+          ways: int = 1, parts: int = 2, techniques: Techniques | dict | bool | None = None,
+          recompute: bool = False, cluster: Any = None, workers: int | None = None,
+          background: bool = False, timeout: float = 120.0, progress: bool = True) -> Run:
     """Train ``model`` in place on ``data`` and return a :class:`~gnnpipe.run.Run`.
 
     Args:
@@ -80,20 +95,30 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         stages: pipeline stages (block ranges); the math of ``local`` does not depend on it.
         chunks: chunks per epoch; default ``4 × stages`` for chunked modes.
         techniques: GNNPipe's convergence switches (:class:`~gnnpipe.engine.chunked.Techniques`).
+        ways: data-parallel pipelines of ``hybrid`` (chunks are split among them).
+        parts: graph-parallel ranks of ``graph`` (METIS partitions).
         recompute: keep only stage inputs and aggregations; rerun the forward in backward.
+        cluster: where distributed modes run: ``None`` (a local Dask cluster of the right size,
+            closed afterwards), a :class:`~gnnpipe.runtime.cluster.Cluster`, a
+            ``distributed.Client`` or a scheduler address.
+        workers: if given, the number of workers the run must use exactly.
+        background: return at once (distributed modes); use ``run.wait()``, ``run.stop()``.
+        timeout: seconds a rank waits on a peer before the run fails.
         progress: show a tqdm bar.
     """
     chunks = 4 * stages if chunks is None else chunks
-    _check(model, data, mode, epochs, lr, stages, chunks, weight_decay)
+    _check(model, data, mode, epochs, lr, stages, chunks, weight_decay, ways, parts, workers)
     tech = Techniques.coerce(techniques)
-    if mode in DISTRIBUTED:
-        raise NotImplementedError(f"mode {mode!r} needs the Dask runtime, which is not built yet; "
-                                  "use mode='local' for the same math in one process")
     config = {"mode": mode, "model": model.name, "layers": model.num_layers, "epochs": epochs,
               "lr": lr, "weight_decay": weight_decay, "gnn_weight_decay": gnn_weight_decay,
               "seed": seed, "stages": stages, "chunks": chunks if mode != "single" else 1,
               "techniques": asdict(tech), "recompute": recompute,
-              "dataset": getattr(data, "name", None)}
+              "dataset": getattr(data, "name", None), "ways": ways, "parts": parts}
+    if mode in DISTRIBUTED:
+        from gnnpipe.runtime.start import start_distributed
+
+        run = start_distributed(model, data, config, tech, cluster, timeout)
+        return run if background else _follow(run, epochs, progress)
     optimizer = torch.optim.Adam(model.param_groups(weight_decay, gnn_weight_decay), lr=lr)
 
     events: list[OpEvent] = []
@@ -134,3 +159,13 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
     run = Run(config=config, history=history, timeline=timeline)
     logger.info("%r", run)
     return run
+
+
+def _follow(run: Any, epochs: int, progress: bool) -> Run:
+    """Wait for a distributed run, advancing a progress bar from its live history."""
+    with tqdm(total=epochs, desc=f"{run.config['model']} {run.config['mode']}",
+              disable=not progress, leave=False) as bar:
+        while not run.done:
+            time.sleep(0.2)
+            bar.update(len(run.history) - bar.n)
+    return run.wait()

@@ -63,7 +63,11 @@ def train_epoch(model: LayerStack, data: Data, adj: Adjacency, optimizer: torch.
 def evaluate(model: LayerStack, data: Data, adj: Adjacency) -> dict[str, float]:
     """Exact full-graph inference with the current weights: accuracies and losses per split."""
     model.eval()
-    logits = model(data.x, FullGraphContext(adj, training=False))
+    return metrics(model(data.x, FullGraphContext(adj, training=False)), data)
+
+
+def metrics(logits: Tensor, data: Data) -> dict[str, float]:
+    """Accuracy per split and validation loss of full-graph ``logits``."""
     pred = logits.argmax(dim=1)
     out: dict[str, float] = {}
     for split in ("train", "val", "test"):

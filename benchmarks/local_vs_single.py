@@ -1,0 +1,200 @@
+"""Cost of GNNPipe's chunked epoch in one process (``mode="local"``) against exact ``"single"``.
+
+Measures, for a 32-layer GCNII and a 32-layer GCN (hidden 64, dropout 0.5) on a synthetic
+50K-node graph (avg degree 10, 8 classes, 64 features, homophily 0.8, seed 0):
+
+* median training-epoch time: ``gp.train(..., epochs=N, progress=False)``, median of
+  ``run.history["epoch_time"]`` (excludes the per-epoch evaluation) after dropping the first
+  2 epochs; ratio local/single per model;
+* peak memory: each (model, configuration, round) runs in a fresh child process; it reports
+  ``ru_maxrss`` (absolute peak) and the increment over the RSS right before ``gp.train`` (the
+  increment includes chunking and the adjacency that ``train`` builds).
+
+Configurations: ``single``; ``local`` with (2 stages, 8 chunks), (2 stages, 8 chunks,
+``recompute=True``) and (4 stages, 16 chunks). ``local`` keeps three full-graph buffers per
+aggregation layer (``Hbuf``, its snapshot, ``dZbuf``; DESIGN.md §4), reported as ``buffers_mb``.
+Configurations alternate in rounds (order reversed every other round) so machine noise hits all.
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/local_vs_single.py                # full size, writes results/
+    .venv/bin/python benchmarks/local_vs_single.py --quick        # smoke test, writes nothing
+    .venv/bin/python benchmarks/local_vs_single.py --nodes 20000 --epochs 5 --rounds 1
+
+Writes ``benchmarks/results/local_vs_single.json`` (raw numbers, environment) and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MODELS = ("gcnii", "gcn")
+CONFIGS: dict[str, dict[str, Any]] = {
+    "single": {"mode": "single"},
+    "local S2 C8": {"mode": "local", "stages": 2, "chunks": 8},
+    "local S2 C8 recompute": {"mode": "local", "stages": 2, "chunks": 8, "recompute": True},
+    "local S4 C16": {"mode": "local", "stages": 4, "chunks": 16},
+}
+HIDDEN, DROPOUT, SKIP = 64, 0.5, 2
+
+
+# --------------------------------------------------------------------------- child process
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def child(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Build graph and model, train ``epochs`` epochs with ``gp.train``; report times and memory."""
+    import torch
+
+    torch.set_num_threads(cfg["threads"])
+    import gnnpipe as gp
+
+    data = gp.datasets.synthetic(num_nodes=cfg["nodes"], avg_degree=10, num_classes=8,
+                                 num_features=64, homophily=0.8, seed=0)
+    torch.manual_seed(0)
+    model = getattr(gp.models, cfg["model"])(data.x.size(1), hidden=HIDDEN, out_dim=8,
+                                             layers=cfg["layers"], dropout=DROPOUT)
+    # local mode: Hbuf, snapshot and dZbuf, n x width fp32, per aggregating block
+    widths = [b.out_dim for b in model.blocks if getattr(b, "aggregates", False)]
+    buffers_mb = 3 * sum(widths) * data.num_nodes * 4 / 2**20
+    kw = {k: v for k, v in CONFIGS[cfg["config"]].items() if k != "mode"}
+    rss_before = _rss_mb()
+    start = time.perf_counter()
+    run = gp.train(model, data, CONFIGS[cfg["config"]]["mode"], epochs=cfg["epochs"],
+                   progress=False, **kw)
+    wall = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    times = run.history["epoch_time"].tolist()
+    return {**cfg, "epoch_times": times, "median_epoch_s": statistics.median(times[SKIP:]),
+            "losses": run.history["loss"].tolist(), "train_wall_s": wall,
+            "rss_before_mb": rss_before, "peak_rss_mb": peak, "increment_mb": peak - rss_before,
+            "buffers_mb": buffers_mb if cfg["config"] != "single" else 0.0,
+            "torch_threads": torch.get_num_threads()}
+
+
+def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run one configuration in a fresh interpreter; its last stdout line is the JSON result."""
+    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)],
+                          check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {cfg} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- parent
+def environment(threads: int) -> dict[str, Any]:
+    import torch
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    return {"torch": torch.__version__, "python": platform.python_version(), "threads": threads,
+            "cpu": cpu, "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def summarize(results: list[dict[str, Any]]) -> Any:
+    import pandas as pd
+
+    rows = []
+    for name in MODELS:
+        for config in CONFIGS:
+            rs = [r for r in results if (r["model"], r["config"]) == (name, config)]
+            rows.append({"model": name, "config": config,
+                         "median_epoch_s": statistics.median(t for r in rs
+                                                             for t in r["epoch_times"][SKIP:]),
+                         "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs),
+                         "increment_mb": statistics.median(r["increment_mb"] for r in rs),
+                         "buffers_mb": rs[0]["buffers_mb"]})
+    df = pd.DataFrame(rows)
+    single = df[df.config == "single"].set_index("model")
+    df["ratio_time"] = df.median_epoch_s / df.model.map(single.median_epoch_s)
+    df["ratio_increment"] = df.increment_mb / df.model.map(single.increment_mb)
+    df["extra_mb"] = df.increment_mb - df.model.map(single.increment_mb)
+    return df
+
+
+def markdown(df: Any, env: dict[str, Any], args: argparse.Namespace) -> str:
+    lines = [f"# `local` vs `single` ({args.nodes:,} nodes, {args.layers} layers, hidden {HIDDEN})",
+             "", (f"{env['date']} · torch {env['torch']} · {env['threads']} thread · {env['cpu']} "
+                  f"({env['cpu_count']} CPUs, shared, load {env['loadavg_start'][0]:.1f} at start, "
+                  f"{env['loadavg_end'][0]:.1f} at end) · {args.rounds} rounds × {args.epochs} "
+                  f"epochs, first {SKIP} dropped, one fresh process each"), "",
+             ("| model | config | median epoch s | ratio vs single | peak RSS MB | increment MB "
+              "| extra vs single MB | local buffers MB |"), "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in df.itertuples():
+        lines.append(f"| {r.model} | {r.config} | {r.median_epoch_s:.2f} | {r.ratio_time:.2f} | "
+                     f"{r.peak_rss_mb:.0f} | {r.increment_mb:.0f} | {r.extra_mb:+.0f} | "
+                     f"{r.buffers_mb:.0f} |")
+    lines += ["", ("Epoch time excludes evaluation. Increment = `ru_maxrss` minus RSS right "
+                   "before `gp.train` (includes chunking/METIS and the adjacency). Local buffers = "
+                   "3 × (sum of aggregation widths) × n × 4 bytes (`Hbuf`, snapshot, `dZbuf`)."), ""]
+    for r in df[df.config != "single"].itertuples():
+        slow = (f"{r.ratio_time:.2f}× single's epoch time" if r.ratio_time >= 1
+                else f"{1 / r.ratio_time:.2f}× faster than single")
+        lines.append(f"- {r.model} {r.config}: {slow}; training memory {r.extra_mb:+.0f} MB vs "
+                     f"single ({r.ratio_increment:.2f}× its increment; buffers alone "
+                     f"{r.buffers_mb:.0f} MB).")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=50_000)
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--epochs", type=int, default=4, help=f"epochs per child (first {SKIP} dropped)")
+    ap.add_argument("--rounds", type=int, default=2, help="fresh children per configuration")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--quick", action="store_true", help="tiny smoke test; writes no files")
+    ap.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.quick:
+        args.nodes, args.layers, args.epochs, args.rounds = 2_000, 4, 3, 1
+    if args.epochs <= SKIP:
+        ap.error(f"--epochs must exceed {SKIP} (the first {SKIP} are dropped)")
+    out = args.out or (None if args.quick else Path(__file__).parent / "results")
+
+    env, results, start = environment(args.threads), [], time.perf_counter()
+    for rnd in range(args.rounds):
+        for name in MODELS:
+            for config in CONFIGS if rnd % 2 == 0 else list(CONFIGS)[::-1]:
+                cfg = {"model": name, "config": config, "round": rnd, "nodes": args.nodes,
+                       "layers": args.layers, "epochs": args.epochs, "threads": args.threads}
+                r = run_child(cfg)
+                results.append(r)
+                print(f"[{time.perf_counter() - start:5.0f}s] round {rnd} {name:5s} {config:22s} "
+                      f"median {r['median_epoch_s']:.2f}s  peak {r['peak_rss_mb']:.0f} MB  "
+                      f"increment {r['increment_mb']:.0f} MB", flush=True)
+    env["loadavg_end"], env["wall_s"] = os.getloadavg(), time.perf_counter() - start
+    df = summarize(results)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        payload = {"environment": env, "summary": df.to_dict(orient="records"), "runs": results,
+                   "args": {k: str(v) for k, v in vars(args).items() if k != "child"}}
+        (out / "local_vs_single.json").write_text(json.dumps(payload, indent=1) + "\n")
+        (out / "local_vs_single.md").write_text(markdown(df, env, args))
+        print(f"wrote {out / 'local_vs_single.json'} and {out / 'local_vs_single.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Where training runs: Dask clusters, torch.distributed communication, one module per mode."""

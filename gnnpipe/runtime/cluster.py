@@ -1,0 +1,88 @@
+"""Dask clusters for gnnpipe: a local one sized to the run, or an existing scheduler."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+from distributed import Client, LocalCluster, get_worker
+
+logger = logging.getLogger(__name__)
+
+
+class Cluster:
+    """One Dask worker process per rank.
+
+    Args:
+        n_workers: worker processes of a new local cluster (ignored with ``address``).
+        threads_per_worker: torch threads each rank uses (Dask's nanny sets OMP_NUM_THREADS=1,
+            so ranks call ``torch.set_num_threads`` with this).
+        address: connect to this scheduler (``tcp://host:8786``) instead of starting one; start
+            it with ``dask scheduler`` and one ``dask worker ADDRESS --nthreads 1`` per rank and host.
+        host: interface a new local cluster binds to (localhost by default).
+        client: use this existing ``distributed.Client``.
+    """
+
+    def __init__(self, n_workers: int = 2, threads_per_worker: int = 1, address: str | None = None,
+                 host: str = "127.0.0.1", client: Client | None = None, **kwargs: Any) -> None:
+        self.threads_per_worker = threads_per_worker
+        self._local: LocalCluster | None = None
+        if client is not None:
+            self.client = client
+        elif address is not None:
+            self.client = Client(address)
+        else:
+            if n_workers < 1:
+                raise ValueError(f"n_workers: expected at least 1 worker, got {n_workers}")
+            self._local = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                       host=host, dashboard_address=None,
+                                       silence_logs=logging.ERROR, **kwargs)
+            self.client = Client(self._local)
+
+    def workers(self) -> list[str]:
+        """Addresses of the workers now connected, sorted (rank ``r`` runs on the ``r``-th)."""
+        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def restart(self) -> None:
+        """Restart every worker process (frees ranks stuck in a collective after a failure)."""
+        self.client.restart(wait_for_workers=False)
+        if self._local is not None:
+            self.client.wait_for_workers(len(self._local.workers), timeout=60)
+
+    def close(self) -> None:
+        self.client.close()
+        if self._local is not None:
+            self._local.close()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = "local" if self._local is not None else "remote"
+        return f"Cluster({kind}, scheduler={self.client.scheduler.address}, workers={len(self.workers())})"
+
+
+def resolve(cluster: "Cluster | Client | str | None", world: int) -> tuple[Cluster, bool]:
+    """Turn ``train``'s ``cluster`` argument into a :class:`Cluster`; True when we own it."""
+    if cluster is None:
+        return Cluster(n_workers=world), True
+    if isinstance(cluster, Cluster):
+        return cluster, False
+    if isinstance(cluster, Client):
+        return Cluster(client=cluster), False
+    if isinstance(cluster, str):
+        return Cluster(address=cluster), True
+    raise TypeError(f"cluster: expected None, gp.Cluster, distributed.Client or a scheduler "
+                    f"address, got {type(cluster).__name__}")
+
+
+def free_port() -> tuple[str, int]:
+    """Run on rank 0's worker: its host and a free TCP port for the process-group rendezvous."""
+    host = get_worker().address.split("://")[-1].rsplit(":", 1)[0]
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return host, s.getsockname()[1]

@@ -1,0 +1,116 @@
+"""All tensor traffic between ranks goes through `Comm`: torch.distributed point-to-point and
+collectives, with bytes counted per (src, dst, kind) and every op recorded as a Timeline row."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from gnnpipe.events import OpEvent
+
+#: Byte kinds that count towards the per-epoch training volume (DESIGN.md §4 formulas).
+TRAINING_KINDS = ("activation", "gradient", "halo", "halo_grad")
+
+
+@dataclass
+class Comm:
+    """One rank's communicator.
+
+    Args:
+        rank, world: this rank and the number of ranks.
+        stage, way: where this rank sits (recorded in its Timeline rows).
+        origin: ``time.perf_counter()`` value that is time zero on this rank (set after a barrier,
+            so all ranks share it to within the barrier's latency).
+    """
+
+    rank: int
+    world: int
+    stage: int = 0
+    way: int = 0
+    origin: float = 0.0
+    epoch: int = 0
+    bytes_by: dict[tuple[int, int, str], int] = field(default_factory=lambda: defaultdict(int))
+    epoch_bytes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    events: list[OpEvent] = field(default_factory=list)
+    _pending: list[tuple[dist.Work, float, str, int, int, int]] = field(default_factory=list)
+    _in_flight: list[Tensor] = field(default_factory=list)  # sent tensors kept alive until waited
+
+    def now(self) -> float:
+        return time.perf_counter() - self.origin
+
+    def record(self, kind: str, start: float, chunk: int = -1, nbytes: int = 0,
+               peer: int = -1) -> None:
+        self.events.append(OpEvent(self.rank, self.stage, self.way, chunk, self.epoch, kind,
+                                   start, self.now(), nbytes, peer))
+
+    def _count(self, dst: int, kind: str, tensor: Tensor) -> int:
+        nbytes = tensor.numel() * tensor.element_size()
+        self.bytes_by[(self.rank, dst, kind)] += nbytes
+        if kind in TRAINING_KINDS:
+            self.epoch_bytes[self.epoch] += nbytes
+        return nbytes
+
+    def isend(self, tensor: Tensor, dst: int, kind: str, chunk: int = -1) -> None:
+        """Start sending ``tensor`` to ``dst``; completed by :meth:`wait_all`."""
+        tensor = tensor.contiguous()
+        nbytes = self._count(dst, kind, tensor)
+        start = self.now()
+        work = dist.isend(tensor, dst)
+        self._pending.append((work, start, "send", chunk, nbytes, dst))
+        self._in_flight.append(tensor)
+
+    def recv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
+             dtype: torch.dtype = torch.float32) -> Tensor:
+        """Receive a tensor of ``shape`` from ``src`` (blocking; the wait is recorded)."""
+        out = torch.empty(shape, dtype=dtype)
+        start = self.now()
+        dist.recv(out, src)
+        self.record("recv", start, chunk, out.numel() * out.element_size(), src)
+        return out
+
+    def irecv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
+              dtype: torch.dtype = torch.float32) -> Tensor:
+        """Start receiving into a new tensor; valid after :meth:`wait_all`."""
+        out = torch.empty(shape, dtype=dtype)
+        start = self.now()
+        self._pending.append((dist.irecv(out, src), start, "recv", chunk,
+                              out.numel() * out.element_size(), src))
+        return out
+
+    def wait_all(self) -> None:
+        """Wait for every pending send and receive, recording each."""
+        for work, start, kind, chunk, nbytes, peer in self._pending:
+            work.wait()
+            self.record(kind, start, chunk, nbytes, peer)
+        self._pending.clear()
+        self._in_flight.clear()
+
+    def allreduce(self, tensors: list[Tensor], kind: str = "allreduce") -> None:
+        """Sum ``tensors`` in place over all ranks (flattened into one buffer)."""
+        if self.world == 1 or not tensors:
+            return
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        start = self.now()
+        dist.all_reduce(flat)
+        nbytes = flat.numel() * flat.element_size()
+        self.bytes_by[(self.rank, -1, kind)] += nbytes
+        self.record("allreduce", start, nbytes=nbytes)
+        offset = 0
+        for t in tensors:
+            t.copy_(flat[offset:offset + t.numel()].view_as(t))
+            offset += t.numel()
+
+    def broadcast_flag(self, flag: bool, src: int = 0) -> bool:
+        """Share one boolean decision of ``src`` with every rank (e.g. stop now)."""
+        value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        dist.broadcast(value, src)
+        self.bytes_by[(src, -1, "control")] += 4 if self.rank == src else 0
+        return bool(value.item())
+
+    def comm_table(self) -> list[dict]:
+        return [{"src": s, "dst": d, "kind": k, "bytes": b} for (s, d, k), b in self.bytes_by.items()]

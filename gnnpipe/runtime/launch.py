@@ -1,0 +1,186 @@
+"""Launch one rank per Dask worker, watch them, fail fast naming the rank, merge the results."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import pandas as pd
+from distributed import Event, wait
+
+from gnnpipe.events import Timeline
+from gnnpipe.run import HISTORY_COLUMNS, Run
+from gnnpipe.runtime.cluster import Cluster, free_port, resolve
+from gnnpipe.runtime.rank import JobSpec, RankResult, run_rank
+
+logger = logging.getLogger(__name__)
+
+_GRACE_S = 1.0  # after a first failure, wait this long to find the root cause among ranks
+
+
+class RankFailure(RuntimeError):
+    """A rank raised or its worker process died."""
+
+    def __init__(self, rank: int, cause: str) -> None:
+        super().__init__(f"rank {rank} failed: {cause}")
+        self.rank, self.cause = rank, cause
+
+
+def _is_fallout(exc: BaseException) -> bool:
+    """Errors that only echo another rank's failure (a peer closing its connections)."""
+    text = str(exc).lower()
+    return any(s in text for s in ("connection closed", "connection reset", "gloo", "timed out",
+                                   "broken pipe", "socket"))
+
+
+def history_from(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Merge per-rank epoch records: metrics from the rank that has them, the slowest rank's
+    epoch time, the bytes of all ranks."""
+    if not records:
+        return pd.DataFrame(columns=list(HISTORY_COLUMNS))
+    frame = pd.DataFrame(records)
+    per_epoch = frame.groupby("epoch").agg(epoch_time=("epoch_time", "max"),
+                                           comm_bytes=("comm_bytes", "sum"))
+    scored = frame.dropna(subset=["val_acc"]) if "val_acc" in frame else frame.iloc[0:0]
+    scored = scored.sort_values("rank").drop_duplicates("epoch").set_index("epoch")
+    cols = [c for c in ("loss", "train_acc", "val_acc", "test_acc", "val_loss") if c in scored]
+    merged = per_epoch.join(scored[cols], how="inner").reset_index()
+    return merged.reindex(columns=list(HISTORY_COLUMNS))
+
+
+class DistributedRun(Run):
+    """A run on Dask workers; with ``background=True`` it returns before training ends.
+
+    ``history`` grows live from the ranks' per-epoch events; ``wait()`` blocks until the end and
+    raises :class:`RankFailure` if a rank failed; ``stop()`` makes all ranks stop together at the
+    next epoch boundary.
+    """
+
+    def __init__(self, config: dict[str, Any], spec: JobSpec, cluster: Cluster, owned: bool,
+                 model: Any) -> None:
+        super().__init__(config=config)
+        self.spec, self.cluster, self._owned, self._model = spec, cluster, owned, model
+        self._live: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._finished = threading.Event()
+        self._final: pd.DataFrame | None = None
+        self.peak_rss: dict[int, int] = {}
+        self._stop = Event(spec.stop_event, client=cluster.client) if spec.stop_event else None
+        cluster.client.subscribe_topic(spec.topic, self._on_event)
+        self._thread = threading.Thread(target=self._main, name=f"gnnpipe-{spec.topic}", daemon=True)
+
+    # ------------------------------------------------------------------ public handle
+    @property
+    def history(self) -> pd.DataFrame:  # type: ignore[override]
+        if self._final is not None:
+            return self._final
+        with self._lock:
+            return history_from(list(self._live))
+
+    @history.setter
+    def history(self, value: pd.DataFrame) -> None:
+        self._final = value
+
+    @property
+    def done(self) -> bool:  # type: ignore[override]
+        return self._finished.is_set()
+
+    def wait(self, timeout: float | None = None) -> "DistributedRun":  # type: ignore[override]
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"run still training after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        """Ask every rank to stop at the end of the current epoch."""
+        if self._stop is not None:
+            self._stop.set()
+
+    # ------------------------------------------------------------------ internals
+    def _on_event(self, event: tuple[float, dict[str, Any]]) -> None:
+        with self._lock:
+            self._live.append(event[1])
+
+    def start(self) -> "DistributedRun":
+        self._thread.start()
+        return self
+
+    def _main(self) -> None:
+        try:
+            self._collect(launch(self.spec, self.cluster))
+        except BaseException as exc:  # handed to wait()
+            self._error = exc
+        finally:
+            try:
+                self.cluster.client.unsubscribe_topic(self.spec.topic)
+                if self._owned:
+                    self.cluster.close()
+            finally:
+                self._finished.set()
+
+    def _collect(self, results: list[RankResult]) -> None:
+        state: dict[str, Any] = {}
+        for result in results:
+            state.update(result.state)
+            self.peak_rss[result.rank] = result.peak_rss
+        self._model.load_state_dict(state)
+        self._final = history_from([r for res in results for r in res.records])
+        self.timeline = Timeline.from_events([e for res in results for e in res.events])
+        self.comm = pd.DataFrame([row for res in results for row in res.comm],
+                                 columns=["src", "dst", "kind", "bytes"])
+
+
+def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
+    """Run ``spec`` with one rank per worker; raise :class:`RankFailure` naming the first rank
+    that failed (a dead worker first, then a rank's own error over its peers' fallout)."""
+    workers = cluster.workers()
+    if len(workers) < spec.world:
+        raise ValueError(f"cluster: the run needs {spec.world} workers, the cluster has "
+                         f"{len(workers)}")
+    workers = workers[:spec.world]
+    spec.threads = cluster.threads_per_worker
+    client = cluster.client
+    host, port = client.submit(free_port, workers=[workers[0]], pure=False).result()
+    init = f"tcp://{host}:{port}"
+    futures = [client.submit(run_rank, spec, r, init, workers=[w], allow_other_workers=False,
+                             pure=False, retries=0, key=f"gnnpipe-{spec.topic}-rank{r}")
+               for r, w in enumerate(workers)]
+    rank_of = {f.key: r for r, f in enumerate(futures)}
+    pending = set(futures)
+    failures: dict[int, str] = {}
+    first_failure: float | None = None
+    while pending:
+        try:
+            wait(list(pending), timeout=0.5, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            pass
+        pending = {f for f in pending if not f.done()}
+        for f in futures:
+            if f.status == "error" and rank_of[f.key] not in failures:
+                exc = f.exception()
+                failures[rank_of[f.key]] = ("~" if _is_fallout(exc) else "") + f"{type(exc).__name__}: {exc}"
+        alive = set(cluster.workers())
+        for r, w in enumerate(workers):
+            if w not in alive and (r not in failures or failures[r].startswith("~")):
+                failures[r] = "!its worker process died"
+        if failures:
+            first_failure = first_failure or time.monotonic()
+            if time.monotonic() - first_failure >= _GRACE_S or not pending:
+                break
+    if failures:
+        for f in futures:
+            f.cancel()
+        cluster.restart()
+        rank, cause = sorted(failures.items(), key=lambda kv: (not kv[1].startswith("!"),
+                                                              kv[1].startswith("~"), kv[0]))[0]
+        raise RankFailure(rank, cause.lstrip("!~"))
+    return [f.result() for f in futures]
+
+
+def new_topic() -> str:
+    return f"gnnpipe-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,126 @@
+"""What every rank does around its mode's loop: join the process group, set threads, report
+epochs live, stop together, and return its records, timeline and byte counters."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch_geometric.data import Data
+
+from gnnpipe.engine.chunked import Techniques
+from gnnpipe.models import LayerStack
+from gnnpipe.runtime.comm import Comm
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class JobSpec:
+    """Everything a rank needs; pickled once per rank by Dask.
+
+    ``data`` is already reordered so that chunks (pipeline) or partitions (graph) are contiguous
+    row ranges given by ``bounds``.
+    """
+
+    mode: str
+    model: LayerStack
+    data: Data
+    bounds: list[int]
+    epochs: int
+    lr: float
+    weight_decay: float
+    gnn_weight_decay: float | None
+    seed: int
+    stages: int
+    ways: int
+    ranges: list[tuple[int, int]]
+    techniques: Techniques
+    recompute: bool
+    threads: int
+    timeout: float
+    topic: str
+    stop_event: str | None = None
+    backend: str = "gloo"
+    way_bounds: list[int] = field(default_factory=list)
+
+    @property
+    def world(self) -> int:
+        return self.stages * self.ways if self.mode != "graph" else len(self.bounds) - 1
+
+
+@dataclass
+class RankResult:
+    """A rank's whole run: per-epoch records, timeline rows, byte counters, final weights."""
+
+    rank: int
+    records: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    comm: list[dict[str, Any]]
+    state: dict[str, torch.Tensor]
+    peak_rss: int = 0
+
+
+class EpochReporter:
+    """Publishes each epoch's record on the Dask topic and checks the stop flag (rank 0 decides,
+    every rank follows, so all stop at the same epoch boundary)."""
+
+    def __init__(self, spec: JobSpec, comm: Comm) -> None:
+        self.spec, self.comm = spec, comm
+        self.records: list[dict[str, Any]] = []
+        self._event = None
+        if spec.stop_event and comm.rank == 0:
+            from distributed import Event
+
+            self._event = Event(spec.stop_event)
+        try:
+            from distributed import get_worker
+
+            self._worker = get_worker()
+        except ValueError:  # not inside a Dask worker (direct call in tests)
+            self._worker = None
+
+    def report(self, record: dict[str, Any]) -> bool:
+        """Publish ``record``; return True when the run should stop now."""
+        record["rank"] = self.comm.rank
+        record["comm_bytes"] = self.comm.epoch_bytes.get(record["epoch"], 0)
+        self.records.append(record)
+        if self._worker is not None:
+            self._worker.log_event(self.spec.topic, dict(record))
+        if self.spec.stop_event is None:
+            return False
+        stop = bool(self._event.is_set()) if self._event is not None else False
+        return self.comm.broadcast_flag(stop)
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_rank(spec: JobSpec, rank: int, init_method: str) -> RankResult:
+    """Entry point submitted to one Dask worker per rank."""
+    module = importlib.import_module(f"gnnpipe.runtime.{spec.mode}")
+    program: Callable[[JobSpec, Comm, EpochReporter], dict[str, torch.Tensor]] = getattr(
+        module, f"{spec.mode}_rank")
+    torch.set_num_threads(spec.threads)
+    dist.init_process_group(spec.backend, init_method=init_method, rank=rank,
+                            world_size=spec.world, timeout=timedelta(seconds=spec.timeout))
+    try:
+        dist.barrier()
+        stage, way = (0, rank) if spec.mode == "graph" else (rank % spec.stages, rank // spec.stages)
+        comm = Comm(rank, spec.world, stage=stage, way=way, origin=time.perf_counter())
+        reporter = EpochReporter(spec, comm)
+        state = program(spec, comm, reporter)
+        dist.barrier()
+        return RankResult(rank, reporter.records, [e.__dict__ for e in comm.events],
+                          comm.comm_table(), state, _peak_rss())
+    finally:
+        dist.destroy_process_group()

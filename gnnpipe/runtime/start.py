@@ -1,0 +1,45 @@
+"""Turn ``train``'s arguments into a `JobSpec` (chunking or partitioning on the client, before
+any worker starts) and start a `DistributedRun`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch_geometric.data import Data
+
+from gnnpipe.engine.chunked import Techniques
+from gnnpipe.engine.local import stage_ranges
+from gnnpipe.models import LayerStack
+from gnnpipe.partition import chunk, partition
+from gnnpipe.runtime.cluster import resolve
+from gnnpipe.runtime.launch import DistributedRun, new_topic
+from gnnpipe.runtime.rank import JobSpec
+
+
+def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], techniques: Techniques,
+                      cluster: Any, timeout: float) -> DistributedRun:
+    mode = config["mode"]
+    if mode == "graph":
+        parts = partition(data, config["parts"], method="metis", seed=config["seed"])
+        stages, ways = 1, 1
+    else:
+        parts = chunk(data, config["chunks"], seed=config["seed"])
+        stages, ways = config["stages"], config["ways"]
+    topic = new_topic()
+    spec = JobSpec(mode=mode, model=model, data=parts.apply(data), bounds=parts.bounds.tolist(),
+                   epochs=config["epochs"], lr=config["lr"], weight_decay=config["weight_decay"],
+                   gnn_weight_decay=config["gnn_weight_decay"], seed=config["seed"], stages=stages,
+                   ways=ways, ranges=stage_ranges(len(model), stages), techniques=techniques,
+                   recompute=config["recompute"], threads=1, timeout=timeout, topic=topic,
+                   stop_event=f"{topic}-stop")
+    handle, owned = resolve(cluster, spec.world)
+    try:
+        workers = handle.workers()
+        if len(workers) < spec.world:
+            raise ValueError(f"cluster: the run needs {spec.world} workers (one per rank), the "
+                             f"cluster has {len(workers)}")
+    except BaseException:
+        if owned:
+            handle.close()
+        raise
+    return DistributedRun(config, spec, handle, owned, model).start()
