@@ -6,7 +6,7 @@ from torch_geometric.data import Data
 
 from gnnpipe.engine.local import stage_ranges
 from gnnpipe.models import LayerStack
-from gnnpipe.partition import Partitioning, partition
+from gnnpipe.partition import Partitioning, chunk, partition
 
 BYTES_PER_VALUE = 4  # fp32
 
@@ -27,8 +27,23 @@ def graph_bytes(model: LayerStack, halo_rows: int) -> int:
     return 2 * halo_rows * widths * BYTES_PER_VALUE
 
 
+def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning, ways: int) -> int:
+    """Boundary rows every chunk step sends to the other ``W − 1`` ways, forward (rows) and
+    backward (their gradients), at every aggregation."""
+    from gnnpipe.engine.graph import normalized_adjacency
+    from gnnpipe.runtime.hybrid import boundary_rows
+
+    ordered = chunking.apply(data)
+    adj = normalized_adjacency(ordered.edge_index, ordered.num_nodes, model.norm)
+    forward, backward = boundary_rows(adj, chunking.bounds.tolist())
+    rows = sum(int(t.numel()) for t in forward) + sum(int(t.numel()) for t in backward)
+    widths = sum(b.out_dim for b in model.blocks if b.aggregates)
+    return (ways - 1) * rows * widths * BYTES_PER_VALUE
+
+
 def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts: int = 1,
-                ways: int = 1, partitioning: Partitioning | None = None, seed: int = 0) -> int:
+                ways: int = 1, partitioning: Partitioning | None = None, seed: int = 0,
+                chunks: int | None = None) -> int:
     """Bytes sent per epoch by ``mode``, excluding the weight-gradient all-reduce.
 
     Args:
@@ -38,11 +53,13 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
         stages: pipeline stages (``pipeline``, ``hybrid``), split as the runtime splits them.
         parts: graph-parallel ranks (``graph``).
         ways: data-parallel ways of ``hybrid``.
-        partitioning: a METIS partitioning to take the halo rows ``M`` from; computed when absent.
+        partitioning: ``graph``: the METIS partitioning giving the halo rows ``M``; ``hybrid``:
+            the chunking (``gp.chunk``). Computed when absent.
         seed: seeds METIS when the partitioning is computed here.
+        chunks: ``hybrid``'s chunk count (default ``4 · stages · ways``).
 
-    ``hybrid`` is ``pipeline`` traffic plus, at every aggregation, the halo rows between ways
-    (``graph`` traffic with ``P = W``).
+    ``hybrid`` is ``pipeline`` traffic plus, at every aggregation of every chunk step, each
+    chunk's boundary rows (forward) and their gradients (backward) sent to the other ways.
     """
     if mode not in MODES:
         raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
@@ -50,12 +67,14 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
         return 0
     if mode == "pipeline":
         return pipeline_bytes(model, data.num_nodes, stage_ranges(len(model), stages))
-    ranks = parts if mode == "graph" else ways
+    ranges = stage_ranges(len(model), stages)
+    if mode == "hybrid":
+        if partitioning is None:
+            partitioning = chunk(data, chunks or 4 * stages * ways, seed=seed)
+        return (pipeline_bytes(model, data.num_nodes, ranges)
+                + hybrid_boundary_bytes(model, data, partitioning, ways))
     if partitioning is None:
-        partitioning = partition(data, ranks, method="metis", seed=seed)
-    elif partitioning.num_parts != ranks:
-        raise ValueError(f"partitioning: has {partitioning.num_parts} parts but the mode needs {ranks}")
-    halo = graph_bytes(model, int(partitioning.total_halo_rows))
-    if mode == "graph":
-        return halo
-    return halo + pipeline_bytes(model, data.num_nodes, stage_ranges(len(model), stages))
+        partitioning = partition(data, parts, method="metis", seed=seed)
+    elif partitioning.num_parts != parts:
+        raise ValueError(f"partitioning: has {partitioning.num_parts} parts but the mode needs {parts}")
+    return graph_bytes(model, int(partitioning.total_halo_rows))

@@ -10,6 +10,7 @@ on each rank and adds communication, so both compute exactly the same thing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 from dataclasses import dataclass, field
 
 import torch
@@ -81,27 +82,44 @@ class LayerBuffers:
     snap: Tensor | None
 
 
+class RowSync(Protocol):
+    """Hook that shares freshly written buffer rows with other holders of the same stage (the
+    hybrid mode's ways). Local and pipeline modes use none."""
+
+    def share_h(self, key: int, buf: LayerBuffers, chunk: int) -> None: ...
+
+    def share_dz(self, key: int, buf: LayerBuffers, chunk: int) -> Tensor | None:
+        """Returns the row ids received, which the unbiased technique doubles with the chunk's."""
+
+
 class _ChunkAggregate(torch.autograd.Function):
     """``Z[c] = Â[c,:] @ Hbuf`` after writing ``h`` into ``Hbuf[c]``; backward pulls
     ``dH[c] = Âᵀ[c,:] @ dZbuf`` after writing the chunk's gradient into ``dZbuf[c]``."""
 
     @staticmethod
     def forward(ctx, h: Tensor, buf: LayerBuffers, rows: Adjacency, lo: int, hi: int,  # type: ignore[override]
-                double: bool, cached: Tensor | None) -> Tensor:
+                double: bool, cached: Tensor | None, sync: RowSync | None, key: int,
+                chunk: int) -> Tensor:
         ctx.buf, ctx.rows, ctx.lo, ctx.hi, ctx.double = buf, rows, lo, hi, double
+        ctx.sync, ctx.key, ctx.chunk = sync, key, chunk
         if cached is not None:  # recomputation: reuse the forward's aggregation, keep its inputs
             return cached.clone()
         buf.H[lo:hi] = h.detach()
+        if sync is not None:
+            sync.share_h(key, buf, chunk)
         return rows.A @ buf.H
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
         buf = ctx.buf
         buf.dZ[ctx.lo:ctx.hi] = grad
+        received = ctx.sync.share_dz(ctx.key, buf, ctx.chunk) if ctx.sync is not None else None
         dh = ctx.rows.AT @ buf.dZ
         if ctx.double:
             buf.dZ[ctx.lo:ctx.hi] *= 2.0
-        return dh, None, None, None, None, None, None
+            if received is not None:
+                buf.dZ[received] *= 2.0
+        return dh, None, None, None, None, None, None, None, None, None
 
 
 class ChunkContext:
@@ -118,7 +136,8 @@ class ChunkContext:
         buf = self.ex.buffers_for(key, h.size(1), h.dtype)
         cached = self.cache[key] if self.replay and self.cache is not None else None
         z = _ChunkAggregate.apply(h, buf, self.ex.rows[self.chunk], self.lo, self.hi,
-                                  self.ex.techniques.unbiased_grad, cached)
+                                  self.ex.techniques.unbiased_grad, cached, self.ex.sync, key,
+                                  self.chunk)
         if self.cache is not None and not self.replay:
             self.cache[key] = z.detach()
         return z
@@ -149,13 +168,16 @@ class StageExecutor:
         seed: keys dropout masks.
         recompute: keep only stage inputs and aggregation outputs; rerun the forward in backward.
         input_grad: return gradients for the stage's inputs (default: unless it is the first stage).
+        sync: shares fresh buffer rows with the other ways (hybrid mode).
     """
 
     def __init__(self, model: LayerStack, start: int, stop: int, adj: Adjacency,
                  bounds: Sequence[int], techniques: Techniques, seed: int,
-                 recompute: bool = False, input_grad: bool | None = None) -> None:
+                 recompute: bool = False, input_grad: bool | None = None,
+                 sync: RowSync | None = None) -> None:
         self.model, self.start, self.stop = model, start, stop
         self.input_grad = start > 0 if input_grad is None else input_grad
+        self.sync = sync
         self.bounds = [int(b) for b in bounds]
         self.num_nodes = adj.num_nodes
         self.rows = [adj.rows(self.bounds[c], self.bounds[c + 1]) for c in range(len(self.bounds) - 1)]

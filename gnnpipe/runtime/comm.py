@@ -14,7 +14,7 @@ from torch import Tensor
 from gnnpipe.events import OpEvent
 
 #: Byte kinds that count towards the per-epoch training volume (DESIGN.md §4 formulas).
-TRAINING_KINDS = ("activation", "gradient", "halo", "halo_grad")
+TRAINING_KINDS = ("activation", "gradient", "halo", "halo_grad", "boundary", "boundary_grad")
 
 
 @dataclass
@@ -90,13 +90,15 @@ class Comm:
         self._pending.clear()
         self._in_flight.clear()
 
-    def allreduce(self, tensors: list[Tensor], kind: str = "allreduce") -> None:
-        """Sum ``tensors`` in place over all ranks (flattened into one buffer)."""
-        if self.world == 1 or not tensors:
+    def allreduce(self, tensors: list[Tensor], kind: str = "allreduce",
+                  group: dist.ProcessGroup | None = None) -> None:
+        """Sum ``tensors`` in place over all ranks of ``group`` (flattened into one buffer)."""
+        size = self.world if group is None else dist.get_world_size(group)
+        if size == 1 or not tensors:
             return
         flat = torch.cat([t.reshape(-1) for t in tensors])
         start = self.now()
-        dist.all_reduce(flat)
+        dist.all_reduce(flat, group=group)
         nbytes = flat.numel() * flat.element_size()
         self.bytes_by[(self.rank, -1, kind)] += nbytes
         self.record("allreduce", start, nbytes=nbytes)

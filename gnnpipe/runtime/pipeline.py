@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -39,10 +40,13 @@ class PipelineStage:
     def rows(self, chunk: int) -> tuple[int, int]:
         return self.spec.bounds[chunk], self.spec.bounds[chunk + 1]
 
-    def forward_chunks(self, order: list[int]) -> float:
-        """Forward every chunk of ``order``; returns the summed chunk losses on the last stage."""
+    def forward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None) -> float:
+        """Forward every chunk of ``order``; returns the summed chunk losses on the last stage.
+        ``on_chunk(position)`` runs before each chunk (hybrid: which chunks the other ways hold)."""
         comm, data, loss = self.comm, self.spec.data, 0.0
-        for c in order:
+        for position, c in enumerate(order):
+            if on_chunk is not None:
+                on_chunk(position)
             lo, hi = self.rows(c)
             if self.is_first:
                 inputs = [data.x[lo:hi]]
@@ -60,10 +64,13 @@ class PipelineStage:
         comm.wait_all()
         return loss
 
-    def backward_chunks(self, order: list[int]) -> None:
+    def backward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None) -> None:
         """Backward every chunk of ``order`` in reverse, passing input gradients upstream."""
         comm = self.comm
-        for c in reversed(order):
+        for position in range(len(order) - 1, -1, -1):
+            c = order[position]
+            if on_chunk is not None:
+                on_chunk(position)
             lo, hi = self.rows(c)
             grads = None if self.is_last else [comm.recv((hi - lo, w), self.next, c)
                                                for w in self.out_widths]
