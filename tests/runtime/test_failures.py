@@ -1,0 +1,118 @@
+"""Failures: a rank that raises or a worker process that dies fails the run fast, naming the
+rank; the same cluster then runs the next job. Bad configurations fail before any worker."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import sys
+import time
+
+import cloudpickle
+import pytest
+
+import gnnpipe as gp
+from gnnpipe.models import Block
+from gnnpipe.runtime.launch import RankFailure
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+
+
+class ExplodingBlock(Block):
+    """Passes ``h`` through, but raises in the forward of epoch ``epoch``."""
+
+    def __init__(self, width: int, epoch: int) -> None:
+        super().__init__()
+        self.in_dim = self.out_dim = width
+        self.epoch = epoch
+
+    def forward(self, h, h0, ctx):
+        if ctx.training and getattr(ctx, "epoch", 0) == self.epoch:
+            raise FloatingPointError(f"injected failure at epoch {self.epoch}")
+        return h, h0
+
+
+def _model(graph, explode_at: int | None = None):
+    model = gp.models.gcn(graph.num_features, hidden=8, out_dim=4, layers=4, dropout=0.0)
+    if explode_at is not None:
+        model.blocks.append(ExplodingBlock(4, explode_at))
+        model.blocks[-1].key = len(model.blocks) - 1
+    return model
+
+
+def test_a_rank_that_raises_fails_the_run_naming_it(cluster, small_graph):
+    started = time.monotonic()
+    with pytest.raises(RankFailure, match=r"rank 1 failed: FloatingPointError: injected failure"):
+        gp.train(_model(small_graph, explode_at=2), small_graph, "pipeline", stages=2, chunks=4,
+                 epochs=50, cluster=cluster, timeout=60, progress=False)
+    assert time.monotonic() - started < 45  # well before the 60 s collective timeout
+    ok = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
+                  cluster=cluster, progress=False)
+    assert len(ok.history) == 2
+
+
+def test_killing_a_worker_fails_fast_and_the_cluster_recovers(cluster, small_graph):
+    run = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=100_000,
+                   cluster=cluster, timeout=60, background=True, progress=False)
+    deadline = time.monotonic() + 60
+    while len(run.history) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(run.history) >= 2 and not run.done
+    victim = cluster.workers()[1]
+    pid = cluster.client.run(os.getpid, workers=[victim])[victim]
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(RankFailure, match=r"rank 1 failed: its worker process died"):
+        run.wait(timeout=60)
+    assert time.monotonic() - killed < 30
+    cluster.client.wait_for_workers(4, timeout=60)
+    again = gp.train(_model(small_graph), small_graph, "graph", parts=4, epochs=2, cluster=cluster,
+                     progress=False)
+    assert len(again.history) == 2
+
+
+def test_background_run_is_live_and_stops_together(cluster, small_graph):
+    run = gp.train(_model(small_graph), small_graph, "hybrid", stages=2, ways=2, chunks=4,
+                   epochs=100_000, cluster=cluster, background=True, progress=False)
+    assert not run.done
+    deadline = time.monotonic() + 60
+    while len(run.history) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    first_look = len(run.history)
+    assert first_look >= 3
+    run.stop()
+    run.wait(timeout=60)
+    assert run.done
+    epochs = run.history["epoch"].tolist()
+    assert epochs == list(range(len(epochs))) and len(epochs) < 100_000
+    per_rank = run.timeline.df[run.timeline.df["kind"] == "step"].groupby("rank")["epoch"].max()
+    assert per_rank.nunique() == 1 and len(per_rank) == 4  # every rank stopped at the same epoch
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mode": "pipeline", "stages": 9}, "stages: 9 stages need at least as many blocks"),
+    ({"mode": "pipeline", "stages": 2, "chunks": 601}, "chunks: 601 chunks exceed"),
+    ({"mode": "hybrid", "stages": 2, "ways": 2, "workers": 3}, "workers: ways x stages = 4 ranks"),
+    ({"mode": "hybrid", "stages": 2, "ways": 2, "chunks": 5}, "do not divide into 2 ways"),
+    ({"mode": "graph", "parts": 0}, "parts: expected a positive integer"),
+    ({"mode": "graph", "parts": 2, "workers": 4}, "workers: parts = 2 ranks"),
+    ({"mode": "pipeline", "stages": 2, "cluster": 42}, "cluster: expected None"),
+])
+def test_bad_configurations_fail_before_any_worker_starts(small_graph, kwargs, match):
+    before = set(_child_pids())
+    with pytest.raises((ValueError, TypeError), match=match):
+        gp.train(_model(small_graph), small_graph, epochs=1, progress=False, **kwargs)
+    assert set(_child_pids()) <= before  # no worker processes were started
+
+
+def test_too_small_a_cluster_is_rejected(cluster, small_graph):
+    with pytest.raises(ValueError, match="cluster: the run needs 6 workers"):
+        gp.train(_model(small_graph), small_graph, "hybrid", stages=3, ways=2, chunks=6,
+                 epochs=1, cluster=cluster, progress=False)
+
+
+def _child_pids() -> list[int]:
+    import psutil
+
+    return [p.pid for p in psutil.Process().children(recursive=True)]

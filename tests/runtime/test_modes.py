@@ -1,0 +1,102 @@
+"""Distributed modes on real Dask workers: equivalence with the one-process engines and
+byte counters equal to the formulas."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import gnnpipe as gp
+
+EPOCHS = 10
+
+
+def _rel(a, b) -> float:
+    a, b = torch.tensor(a.to_numpy()), torch.tensor(b.to_numpy())
+    return float(((a - b).abs() / b.abs()).max())
+
+
+def _training_bytes(run) -> int:
+    kinds = ["activation", "gradient", "halo", "halo_grad", "boundary", "boundary_grad"]
+    return int(run.comm[run.comm["kind"].isin(kinds)]["bytes"].sum())
+
+
+@pytest.fixture(scope="module")
+def gcnii(small_graph):
+    return gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=6, dropout=0.3)
+
+
+def test_pipeline_equals_local_with_dropout(cluster, small_graph, gcnii):
+    local = gp.train(copy.deepcopy(gcnii), small_graph, "local", stages=2, chunks=8,
+                     epochs=EPOCHS, progress=False)
+    pipe = gp.train(copy.deepcopy(gcnii), small_graph, "pipeline", stages=2, chunks=8,
+                    epochs=EPOCHS, cluster=cluster, progress=False)
+    assert len(pipe.history) == EPOCHS
+    assert _rel(pipe.history["loss"], local.history["loss"]) < 1e-5
+    assert pipe.history["val_acc"].tolist() == local.history["val_acc"].tolist()
+    predicted = gp.comm_volume(gcnii, small_graph, "pipeline", stages=2)
+    assert (pipe.history["comm_bytes"] == predicted).all()
+    assert _training_bytes(pipe) == EPOCHS * predicted
+
+
+def test_pipeline_returns_trained_weights(cluster, small_graph, gcnii):
+    model = copy.deepcopy(gcnii)
+    local = copy.deepcopy(gcnii)
+    gp.train(model, small_graph, "pipeline", stages=3, chunks=4, epochs=3, cluster=cluster,
+             progress=False)
+    gp.train(local, small_graph, "local", stages=3, chunks=4, epochs=3, progress=False)
+    for (name, a), b in zip(model.state_dict().items(), local.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
+@pytest.mark.parametrize("parts", [2, 4])
+def test_graph_equals_single(cluster, small_graph, parts):
+    model = gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=6, dropout=0.0)
+    single = gp.train(copy.deepcopy(model), small_graph, "single", epochs=EPOCHS, progress=False)
+    graph = gp.train(copy.deepcopy(model), small_graph, "graph", parts=parts, epochs=EPOCHS,
+                     cluster=cluster, progress=False)
+    assert _rel(graph.history["loss"], single.history["loss"]) < 1e-5
+    assert (graph.history["val_acc"] - single.history["val_acc"]).abs().max() < 1e-6
+    predicted = gp.comm_volume(model, small_graph, "graph", parts=parts)
+    assert (graph.history["comm_bytes"] == predicted).all()
+    assert _training_bytes(graph) == EPOCHS * predicted
+
+
+def test_graph_with_sage_equals_single(cluster, small_graph):
+    model = gp.models.sage(small_graph.num_features, hidden=16, out_dim=4, layers=3, dropout=0.0)
+    single = gp.train(copy.deepcopy(model), small_graph, "single", epochs=5, progress=False)
+    graph = gp.train(copy.deepcopy(model), small_graph, "graph", parts=3, epochs=5,
+                     cluster=cluster, progress=False)
+    assert _rel(graph.history["loss"], single.history["loss"]) < 1e-5
+
+
+def test_hybrid_bytes_and_one_way_equals_pipeline(cluster, small_graph, gcnii):
+    hybrid = gp.train(copy.deepcopy(gcnii), small_graph, "hybrid", stages=2, ways=2, chunks=8,
+                      epochs=EPOCHS, cluster=cluster, progress=False)
+    predicted = gp.comm_volume(gcnii, small_graph, "hybrid", stages=2, ways=2, chunks=8)
+    assert _training_bytes(hybrid) == EPOCHS * predicted
+    assert set(hybrid.timeline.df["way"]) == {0, 1}
+    one_way = gp.train(copy.deepcopy(gcnii), small_graph, "hybrid", stages=2, ways=1, chunks=8,
+                       epochs=EPOCHS, cluster=cluster, progress=False)
+    pipe = gp.train(copy.deepcopy(gcnii), small_graph, "pipeline", stages=2, chunks=8,
+                    epochs=EPOCHS, cluster=cluster, progress=False)
+    assert _rel(one_way.history["loss"], pipe.history["loss"]) < 1e-5
+
+
+def test_measured_timeline_has_the_simulator_columns(cluster, small_graph, gcnii, tmp_path):
+    run = gp.train(copy.deepcopy(gcnii), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
+                   cluster=cluster, progress=False)
+    df = run.timeline.df
+    assert list(df.columns) == list(gp.Timeline().df.columns)
+    fwd = df[df["kind"] == "forward"]
+    assert len(fwd) == 2 * 2 * 4 and set(fwd["rank"]) == {0, 1}
+    sends = df[(df["kind"] == "send") & (df["rank"] == 0)]
+    assert (sends["peer"] == 1).all() and (sends["bytes"] > 0).all()
+    # stage 1 cannot start chunk c before stage 0 finished it
+    for epoch in (0, 1):
+        f = fwd[fwd["epoch"] == epoch].set_index(["rank", "chunk"])
+        for c in range(4):
+            assert f.loc[(1, c), "start"] >= f.loc[(0, c), "end"] - 1e-3
+    assert run.to_chrome_trace(tmp_path / "t.json").exists()
