@@ -154,7 +154,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=50_000)
     ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--epochs", type=int, default=4, help=f"epochs per child (first {SKIP} dropped)")
+    ap.add_argument("--epochs", type=int, default=3, help=f"epochs per child (first {SKIP} dropped)")
     ap.add_argument("--rounds", type=int, default=2, help="fresh children per configuration")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--quick", action="store_true", help="tiny smoke test; writes no files")

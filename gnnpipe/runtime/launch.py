@@ -147,7 +147,8 @@ def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
     client = cluster.client
     host, port = client.submit(free_port, workers=[workers[0]], pure=False).result()
     init = f"tcp://{host}:{port}"
-    futures = [client.submit(run_rank, spec, r, init, workers=[w], allow_other_workers=False,
+    shipped = client.scatter(spec, workers=workers, broadcast=True, hash=False)
+    futures = [client.submit(run_rank, shipped, r, init, workers=[w], allow_other_workers=False,
                              pure=False, retries=0, key=f"gnnpipe-{spec.topic}-rank{r}")
                for r, w in enumerate(workers)]
     rank_of = {f.key: r for r, f in enumerate(futures)}
