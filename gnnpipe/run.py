@@ -55,6 +55,13 @@ class Run:
     def wait(self) -> Run:
         return self
 
+    def stop(self) -> None:
+        """One-process runs finish before ``train`` returns; nothing to stop."""
+
+    def live_timeline(self) -> Timeline:
+        """The measured timeline so far (for finished runs, the whole of it)."""
+        return self.timeline
+
     def to_chrome_trace(self, path: str | Path) -> Path:
         """Write the measured timeline as a Trace Event Format file (opens in Perfetto)."""
         return self.timeline.to_chrome_trace(path)

@@ -64,6 +64,7 @@ class DistributedRun(Run):
         super().__init__(config=config)
         self.spec, self.cluster, self._owned, self._model = spec, cluster, owned, model
         self._live: list[dict[str, Any]] = []
+        self._live_ops: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._error: BaseException | None = None
         self._finished = threading.Event()
@@ -103,8 +104,18 @@ class DistributedRun(Run):
 
     # ------------------------------------------------------------------ internals
     def _on_event(self, event: tuple[float, dict[str, Any]]) -> None:
+        record = dict(event[1])
+        ops = record.pop("ops", [])
         with self._lock:
-            self._live.append(event[1])
+            self._live.append(record)
+            self._live_ops.extend(ops)
+
+    def live_timeline(self) -> Timeline:
+        """The measured timeline so far (the full one once the run is done)."""
+        if self.done and self._error is None:
+            return self.timeline
+        with self._lock:
+            return Timeline.from_events(list(self._live_ops))
 
     def start(self) -> "DistributedRun":
         self._thread.start()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -74,6 +74,7 @@ class EpochReporter:
     def __init__(self, spec: JobSpec, comm: Comm) -> None:
         self.spec, self.comm = spec, comm
         self.records: list[dict[str, Any]] = []
+        self._published = 0  # timeline rows already sent live
         self._event = None
         if spec.stop_event and comm.rank == 0:
             from distributed import Event
@@ -92,7 +93,9 @@ class EpochReporter:
         record["comm_bytes"] = self.comm.epoch_bytes.get(record["epoch"], 0)
         self.records.append(record)
         if self._worker is not None:
-            self._worker.log_event(self.spec.topic, dict(record))
+            ops = [asdict(e) for e in self.comm.events[self._published:]]
+            self._worker.log_event(self.spec.topic, {**record, "ops": ops})
+        self._published = len(self.comm.events)
         if self.spec.stop_event is None:
             return False
         stop = bool(self._event.is_set()) if self._event is not None else False
@@ -120,7 +123,7 @@ def run_rank(spec: JobSpec, rank: int, init_method: str) -> RankResult:
         reporter = EpochReporter(spec, comm)
         state = program(spec, comm, reporter)
         dist.barrier()
-        return RankResult(rank, reporter.records, [e.__dict__ for e in comm.events],
+        return RankResult(rank, reporter.records, [asdict(e) for e in comm.events],
                           comm.comm_table(), state, _peak_rss())
     finally:
         dist.destroy_process_group()
