@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -35,6 +35,8 @@ class Run:
         history: one row per epoch with :data:`HISTORY_COLUMNS`.
         timeline: measured ops (rank, stage, chunk, kind, start, end, bytes, ...).
         comm: bytes sent per (src, dst, kind); empty for one-process modes.
+        partitioning: the chunking (chunked modes) or METIS partitioning (graph) it used.
+        data: the graph it trained on.
     """
 
     config: dict[str, Any]
@@ -42,6 +44,8 @@ class Run:
     timeline: Timeline = field(default_factory=Timeline)
     comm: pd.DataFrame = field(
         default_factory=lambda: pd.DataFrame(columns=["src", "dst", "kind", "bytes"]))
+    partitioning: Any = None  # the chunking or partitioning the run used (for views)
+    data: Any = None  # the graph, in the original node order
 
     @property
     def best(self) -> dict[str, float]:
@@ -62,6 +66,11 @@ class Run:
         """The measured timeline so far (for finished runs, the whole of it)."""
         return self.timeline
 
+    def subscribe(self, callback: Callable[[dict[str, Any], list[dict[str, Any]]], None]) -> None:
+        """Call ``callback(record, ops)`` for every epoch a rank reports from now on. Callbacks run
+        on the client's event thread and must not block (the dashboard only appends to a
+        bounded queue). A finished run reports nothing more."""
+
     def to_chrome_trace(self, path: str | Path) -> Path:
         """Write the measured timeline as a Trace Event Format file (opens in Perfetto)."""
         return self.timeline.to_chrome_trace(path)
@@ -73,6 +82,7 @@ class Run:
         self.history.to_csv(folder / "history.csv", index=False)
         self.timeline.to_json(folder / "timeline.json")
         self.to_chrome_trace(folder / "trace.json")
+        self.comm.to_csv(folder / "comm.csv", index=False)
         (folder / "config.json").write_text(json.dumps(self.config, indent=2, default=str))
         return folder
 

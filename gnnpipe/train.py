@@ -156,7 +156,8 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
     timeline = Timeline.from_events(events)
     if len(timeline):
         timeline.df[["start", "end"]] -= origin
-    run = Run(config=config, history=history, timeline=timeline)
+    run = Run(config=config, history=history, timeline=timeline, data=data,
+              partitioning=None if mode == "single" else parts)
     logger.info("%r", run)
     return run
 

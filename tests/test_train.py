@@ -79,8 +79,3 @@ def test_run_reports_history_best_and_saves(model, small_graph, tmp_path):
     assert len((folder / "history.csv").read_text().splitlines()) == 31
     trace = json.loads((folder / "trace.json").read_text())
     assert "traceEvents" in trace
-
-
-def test_distributed_modes_are_not_silently_faked(model, small_graph):
-    with pytest.raises(NotImplementedError, match="Dask runtime"):
-        gp.train(model, small_graph, "pipeline", stages=2, progress=False)

@@ -29,6 +29,24 @@ _TOOLTIPS = [
 ]
 
 
+def timeline_epochs(timeline: Timeline) -> list[int]:
+    """The distinct epochs a timeline holds, ascending (for an epoch selector)."""
+    return sorted(int(e) for e in timeline.df["epoch"].unique())
+
+
+def select_epoch(timeline: Timeline, epoch: int) -> Timeline:
+    """The ops of one ``epoch``, re-based so that the epoch's first op starts at 0.
+
+    An epoch the timeline does not hold gives an empty Timeline. The input is unchanged.
+    """
+    df = timeline.df[timeline.df["epoch"] == int(epoch)].copy()
+    if len(df):
+        origin = df["start"].min()
+        df["start"] -= origin
+        df["end"] -= origin
+    return Timeline(df)
+
+
 def timeline_frame(timeline: Timeline) -> pd.DataFrame:
     """The rows :func:`timeline_plot` draws: the timeline's columns plus the bar's lane
     bounds (``lo``, ``hi``) and ``color``."""
@@ -60,19 +78,27 @@ def _title(timeline: Timeline, name: str | None) -> str:
 
 
 def timeline_plot(timeline: Timeline, title: str | None = None,
-                  predicted: Timeline | None = None) -> hv.Rectangles | hv.Layout:
+                  predicted: Timeline | None = None,
+                  epoch: int | None = None) -> hv.Rectangles | hv.Layout:
     """Draw a Timeline with one lane per rank and one bar per op.
+
+    Idle time shows as gaps between bars; the title carries the rank count, the makespan
+    and the bubble fraction (``bubble 27.3%``).
 
     Args:
         timeline: The (measured or predicted) timeline to draw.
         title: Plot title; makespan and bubble fraction are appended.
         predicted: A predicted timeline drawn in a second plot below, on the same
-            time axis, for comparison.
+            time axis, for comparison (drawn as given, not filtered by ``epoch``).
+        epoch: Draw only this epoch of ``timeline``, re-based to start at 0
+            (:func:`select_epoch`); ``None`` draws every epoch.
 
     Returns:
         An ``hv.Rectangles`` (bokeh options: colour by kind, hover with chunk, kind,
         start, end), or an ``hv.Layout`` of two when ``predicted`` is given.
     """
+    if epoch is not None:
+        timeline = select_epoch(timeline, epoch)
     main = _rectangles(timeline, _title(timeline, title))
     if predicted is None:
         return main

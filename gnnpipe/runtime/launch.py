@@ -65,6 +65,7 @@ class DistributedRun(Run):
         self.spec, self.cluster, self._owned, self._model = spec, cluster, owned, model
         self._live: list[dict[str, Any]] = []
         self._live_ops: list[dict[str, Any]] = []
+        self._listeners: list[Any] = []
         self._lock = threading.Lock()
         self._error: BaseException | None = None
         self._finished = threading.Event()
@@ -109,6 +110,16 @@ class DistributedRun(Run):
         with self._lock:
             self._live.append(record)
             self._live_ops.extend(ops)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(record, ops)
+            except Exception:  # a broken viewer must never break the run
+                logger.exception("run listener failed")
+
+    def subscribe(self, callback: Any) -> None:  # noqa: D102 - documented on Run
+        with self._lock:
+            self._listeners.append(callback)
 
     def live_timeline(self) -> Timeline:
         """The measured timeline so far (the full one once the run is done)."""

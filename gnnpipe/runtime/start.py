@@ -26,6 +26,8 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
         parts = chunk(data, config["chunks"], seed=config["seed"])
         stages, ways = config["stages"], config["ways"]
     topic = new_topic()
+    config["run_id"] = topic
+    config["predicted_comm_bytes"] = _predicted(model, data, config, parts)
     spec = JobSpec(mode=mode, model=model, data=parts.apply(data), bounds=parts.bounds.tolist(),
                    epochs=config["epochs"], lr=config["lr"], weight_decay=config["weight_decay"],
                    gnn_weight_decay=config["gnn_weight_decay"], seed=config["seed"], stages=stages,
@@ -42,4 +44,13 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
         if owned:
             handle.close()
         raise
-    return DistributedRun(config, spec, handle, owned, model).start()
+    run = DistributedRun(config, spec, handle, owned, model)
+    run.partitioning, run.data = parts, data
+    return run.start()
+
+
+def _predicted(model: LayerStack, data: Data, config: dict[str, Any], parts: Any) -> int:
+    from gnnpipe.volume import comm_volume
+
+    return comm_volume(model, data, config["mode"], stages=config["stages"], parts=config["parts"],
+                       ways=config["ways"], partitioning=parts, chunks=config["chunks"])

@@ -1,0 +1,183 @@
+"""Where the dashboard's data comes from: a live `Run`, a Dask topic, or a saved run folder.
+
+Training never waits for a viewer: a run hands each epoch's record to :meth:`Feed.push`, which
+only appends to a bounded deque (the oldest entries drop when nobody drains it). Each browser
+session drains the feed from a periodic callback through :meth:`Feed.since`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gnnpipe.events import Timeline
+from gnnpipe.run import HISTORY_COLUMNS
+
+
+@dataclass
+class Feed:
+    """A bounded, append-only log of epoch records and timeline rows with sequence numbers."""
+
+    max_records: int = 100_000
+    max_ops: int = 200_000
+    records: deque = field(default_factory=deque)
+    ops: deque = field(default_factory=deque)
+    record_seq: int = 0  # sequence number of the next record
+    op_seq: int = 0
+    dropped: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.records = deque(maxlen=self.max_records)
+        self.ops = deque(maxlen=self.max_ops)
+
+    def push(self, record: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+        """O(1) per item, never blocks on a reader: called from the run's event thread."""
+        with self.lock:
+            if len(self.records) == self.records.maxlen:
+                self.dropped += 1
+            self.records.append((self.record_seq, record))
+            self.record_seq += 1
+            for op in ops:
+                self.ops.append((self.op_seq, op))
+                self.op_seq += 1
+
+    def since(self, record_cursor: int, op_cursor: int) -> tuple[list[dict], list[dict], int, int]:
+        """Records and ops with sequence numbers from the cursors on, and the new cursors."""
+        with self.lock:
+            recs = [r for seq, r in self.records if seq >= record_cursor]
+            ops = [o for seq, o in self.ops if seq >= op_cursor]
+            return recs, ops, self.record_seq, self.op_seq
+
+
+@dataclass
+class Snapshot:
+    """Everything the views draw at one moment."""
+
+    config: dict[str, Any]
+    history: pd.DataFrame
+    timeline: Timeline
+    comm: pd.DataFrame
+    done: bool
+
+
+class Source:
+    """Base: a config, a feed for live data, and the final results when known."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.feed = Feed()
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    def final(self) -> Snapshot | None:
+        """The complete results, once the run is over (None while it trains)."""
+        return None
+
+
+class RunSource(Source):
+    """A `Run` object in this process: live while a distributed run trains."""
+
+    def __init__(self, run: Any) -> None:
+        super().__init__(run.config)
+        self.run = run
+        self.partitioning = getattr(run, "partitioning", None)
+        self.data = getattr(run, "data", None)
+        run.subscribe(self.feed.push)
+        for record in run.history.to_dict("records"):  # epochs reported before we subscribed
+            self.feed.push(record, [])
+
+    @property
+    def done(self) -> bool:
+        return bool(self.run.done)
+
+    def final(self) -> Snapshot | None:
+        if not self.run.done or getattr(self.run, "_error", None) is not None:
+            return None
+        return Snapshot(self.config, self.run.history, self.run.timeline, self.run.comm, True)
+
+
+class TopicSource(Source):
+    """A run on another client, followed through its Dask topic (the run id)."""
+
+    def __init__(self, address: str, run_id: str) -> None:
+        from distributed import Client
+
+        super().__init__({"mode": "?", "run_id": run_id, "scheduler": address})
+        self.client = Client(address)
+        self.client.subscribe_topic(run_id, self._on_event)
+
+    def _on_event(self, event: tuple[float, dict[str, Any]]) -> None:
+        record = dict(event[1])
+        ops = record.pop("ops", [])
+        self.feed.push(record, ops)
+
+    @property
+    def done(self) -> bool:
+        return False
+
+
+class ReplaySource(Source):
+    """A finished run saved by ``Run.save`` (``runs/<id>/``), or a lone timeline/trace file."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"source: no run folder or trace file at {path}")
+        folder = path if path.is_dir() else path.parent
+        config_file = folder / "config.json"
+        super().__init__(json.loads(config_file.read_text()) if config_file.exists() else {})
+        history_file = folder / "history.csv"
+        self.history = (pd.read_csv(history_file) if history_file.exists()
+                        else pd.DataFrame(columns=list(HISTORY_COLUMNS)))
+        timeline_file = path if path.is_file() else folder / "timeline.json"
+        self.timeline = (_read_timeline(timeline_file) if timeline_file.exists() else Timeline())
+        comm_file = folder / "comm.csv"
+        self.comm = (pd.read_csv(comm_file) if comm_file.exists()
+                     else pd.DataFrame(columns=["src", "dst", "kind", "bytes"]))
+        self.partitioning = None
+        self.data = None
+
+    def final(self) -> Snapshot:
+        return Snapshot(self.config, self.history, self.timeline, self.comm, True)
+
+
+def _read_timeline(path: Path) -> Timeline:
+    """``timeline.json`` (records) or a Chrome trace written by ``to_chrome_trace``."""
+    payload = json.loads(path.read_text())
+    if isinstance(payload, dict) and "traceEvents" in payload:
+        rows = []
+        for e in payload["traceEvents"]:
+            if e.get("ph") != "X":
+                continue
+            args = e.get("args", {})
+            rows.append({"rank": e["tid"], "stage": args.get("stage", e["tid"]),
+                         "way": args.get("way", 0), "chunk": args.get("chunk", -1),
+                         "epoch": args.get("epoch", 0), "kind": e.get("cat", "forward"),
+                         "start": e["ts"] / 1e6, "end": (e["ts"] + e["dur"]) / 1e6,
+                         "bytes": args.get("bytes", 0), "peer": args.get("peer", -1)})
+        return Timeline.from_events(rows)
+    return Timeline.from_events(payload)
+
+
+def as_source(source: Any) -> Source:
+    """Accept a `Run`, a run folder or trace path, a ``(scheduler address, run id)`` pair, or a
+    `Source`."""
+    if isinstance(source, Source):
+        return source
+    if isinstance(source, (str, Path)):
+        return ReplaySource(source)
+    if isinstance(source, tuple) and len(source) == 2:
+        return TopicSource(*source)
+    if hasattr(source, "history") and hasattr(source, "config"):
+        return RunSource(source)
+    raise TypeError(f"source: expected a Run, a run folder, a trace file or (scheduler address, "
+                    f"run id), got {type(source).__name__}")
