@@ -1,4 +1,4 @@
-"""`gnnpipe` command line: train, demo, simulate."""
+"""`gnnpipe` command line: train, demo, simulate (and dashboard, when installed)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -39,6 +40,8 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out", default="runs", help="folder for runs/<id>/ results")
+    p.add_argument("--dashboard", action="store_true",
+                   help="serve the live dashboard on localhost while training (distributed modes)")
 
 
 def load_data(spec: str):
@@ -61,11 +64,22 @@ def _train(args: argparse.Namespace) -> int:
     extra = {"alpha": 0.1, "theta": 0.5} if args.model == "gcnii" else {}
     model = gp.models.build(args.model, data.num_features, int(data.y.max()) + 1, args.layers,
                             hidden=args.hidden, dropout=args.dropout, **extra)
+    live = args.dashboard and args.mode in ("pipeline", "graph", "hybrid")
     run = gp.train(model, data, args.mode, epochs=args.epochs, lr=args.lr,
                    weight_decay=args.weight_decay, gnn_weight_decay=args.gnn_weight_decay,
                    seed=args.seed, stages=args.stages, chunks=args.chunks, ways=args.ways,
-                   parts=args.parts, cluster=args.scheduler)
+                   parts=args.parts, cluster=args.scheduler, background=live)
+    viewer = _viewer() if args.dashboard else None
+    server = None
+    if live and viewer is not None:
+        server, url = viewer.serve_run(run)
+        print(f"dashboard at {url}", flush=True)
+        run.wait()
     folder = run.save(Path(args.out) / time.strftime(f"%Y%m%d-%H%M%S-{args.mode}"))
+    if viewer is not None:
+        print(f"dashboard snapshot: {viewer.snapshot(run, folder)}")
+    if server is not None:
+        server.stop()
     print(run.summary().to_string(index=False))
     print(f"results in {folder}/ (history.csv, trace.json for Perfetto, config.json)")
     return 0
@@ -77,6 +91,7 @@ def _demo(args: argparse.Namespace) -> int:
     import gnnpipe as gp
 
     torch.set_num_threads(1)
+    viewer = _viewer()
     data = gp.datasets.load("cora")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rows = []
@@ -87,9 +102,17 @@ def _demo(args: argparse.Namespace) -> int:
             torch.manual_seed(0)
             model = gp.models.gcnii(data.num_features, hidden=64, out_dim=7, layers=args.layers,
                                     alpha=0.1, theta=0.5, dropout=0.6)
+            live = mode == "pipeline" and viewer is not None
             run = gp.train(model, data, mode, epochs=args.epochs, lr=0.01, weight_decay=5e-4,
-                           gnn_weight_decay=0.01, seed=0, cluster=cluster, **kw)
+                           gnn_weight_decay=0.01, seed=0, cluster=cluster, background=live, **kw)
+            if live:
+                server, url = viewer.serve_run(run)
+                print(f"live dashboard of the pipeline run: {url}", flush=True)
+                run.wait()
+                server.stop()
             folder = run.save(Path(args.out) / f"{stamp}-demo-{mode}")
+            if viewer is not None and mode == "pipeline":
+                print(f"dashboard snapshot: {viewer.snapshot(run, folder)}")
             predicted = gp.comm_volume(model, data, mode, stages=kw.get("stages", 1),
                                        parts=kw.get("parts", 1))
             rows.append(run.summary().assign(predicted_bytes_per_epoch=predicted,
@@ -122,6 +145,24 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plugins() -> list[Any]:
+    """Modules registered under the ``gnnpipe.cli`` entry point (the dashboard is one)."""
+    from importlib.metadata import entry_points
+
+    modules = []
+    for ep in entry_points(group="gnnpipe.cli"):
+        try:
+            modules.append(ep.load())
+        except ImportError as err:  # an optional part that is not installed
+            logger.warning("gnnpipe.cli plugin %s unavailable: %s", ep.name, err)
+    return modules
+
+
+def _viewer() -> Any:
+    """The plugin that serves dashboards, if installed."""
+    return next((m for m in _plugins() if hasattr(m, "serve_run")), None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gnnpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_args(train)
     train.set_defaults(func=_train)
 
-    demo = sub.add_parser("demo", help="Cora GCNII: single vs GNNPipe's chunked epoch")
+    demo = sub.add_parser("demo", help="Cora GCNII-32: single vs 2-stage pipeline vs graph, live dashboard")
     demo.add_argument("--epochs", type=int, default=200)
     demo.add_argument("--layers", type=int, default=32)
     demo.add_argument("--out", default="runs")
@@ -145,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--comm", type=float, default=0.0, help="seconds per stage-to-stage transfer")
     sim.add_argument("--trace", default="schedule_trace.json")
     sim.set_defaults(func=_simulate)
+    for plugin in _plugins():
+        plugin.register(sub)
     return parser
 
 

@@ -198,7 +198,10 @@ def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
     if failures:
         for f in futures:
             f.cancel()
-        cluster.restart()
+        try:
+            cluster.restart()
+        except Exception as exc:  # the failure matters more than a slow restart
+            logger.warning("restarting the workers after a failed run did not finish: %s", exc)
         rank, cause = sorted(failures.items(), key=lambda kv: (not kv[1].startswith("!"),
                                                               kv[1].startswith("~"), kv[0]))[0]
         raise RankFailure(rank, cause.lstrip("!~"))
