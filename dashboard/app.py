@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import holoviews as hv
 import pandas as pd
@@ -45,7 +47,8 @@ class LiveView:
         self.dynamic = not isinstance(first, (hv.Layout, hv.NdLayout, hv.GridSpace))
         if self.dynamic:
             self.pipe = hv.streams.Pipe(data=data)
-            self.pane = pn.pane.HoloViews(hv.DynamicMap(fn, streams=[self.pipe]), **pane_kwargs)
+            dmap = hv.DynamicMap(lambda data: fn(data), streams=[self.pipe])
+            self.pane = pn.pane.HoloViews(dmap, **pane_kwargs)
         else:
             self.pane = pn.pane.HoloViews(first, **pane_kwargs)
 
@@ -213,18 +216,17 @@ class Dashboard(param.Parameterized):
         return self.panel().servable(title=title or self.title)
 
     def serve(self, port: int = 0, address: str = "127.0.0.1", show: bool = False) -> tuple[Any, str]:
-        """Serve on ``address:port`` (localhost by default) in a background thread; returns
-        ``(server, url)``. ``server.stop()`` ends it."""
+        """Serve on ``address:port`` (localhost; port 0 picks a free one) in a background thread;
+        returns ``(server, url)``. ``server.stop()`` ends it."""
+        if port == 0:
+            with socket.socket() as s:
+                s.bind((address, 0))
+                port = s.getsockname()[1]
+        origins = [f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"]
         server = pn.serve({"/": self.panel}, port=port, address=address, show=show,
                           threaded=True, start=True, title=self.title, verbose=False,
-                          websocket_origin=[f"{address}:*", "localhost:*", "127.0.0.1:*"])
-        for _ in range(200):
-            if getattr(server, "port", None):
-                break
-            import time
-
-            time.sleep(0.05)
-        return server, f"http://{address}:{server.port}/"
+                          websocket_origin=origins)
+        return server, f"http://{address}:{port}/"
 
     def save(self, path: str | Path) -> Path:
         """A static HTML snapshot (plots as they are now; no live updates)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import holoviews as hv
-import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh options used below)
+import holoviews.plotting.bokeh  # registers the bokeh options used below
 import pandas as pd
 
 #: Column label of collective traffic (``dst == -1``: all-reduce, eval and control

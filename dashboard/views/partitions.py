@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import holoviews as hv
-import holoviews.plotting.bokeh  # noqa: F401  (registers the bokeh options used below)
+import holoviews.plotting.bokeh  # registers the bokeh options used below
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp

@@ -10,8 +10,8 @@ on each rank and adds communication, so both compute exactly the same thing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor

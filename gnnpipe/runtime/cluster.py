@@ -55,7 +55,7 @@ class Cluster:
         if self._local is not None:
             self._local.close()
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -66,7 +66,7 @@ class Cluster:
         return f"Cluster({kind}, scheduler={self.client.scheduler.address}, workers={len(self.workers())})"
 
 
-def resolve(cluster: "Cluster | Client | str | None", world: int) -> tuple[Cluster, bool]:
+def resolve(cluster: Cluster | Client | str | None, world: int) -> tuple[Cluster, bool]:
     """Turn ``train``'s ``cluster`` argument into a :class:`Cluster`; True when we own it."""
     if cluster is None:
         return Cluster(n_workers=world), True

@@ -54,7 +54,7 @@ def halo_plan(full: Adjacency, bounds: list[int], rank: int) -> HaloPlan:
 
 class _HaloAggregate(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h: Tensor, gctx: "GraphContext") -> Tensor:  # type: ignore[override]
+    def forward(ctx, h: Tensor, gctx: GraphContext) -> Tensor:  # type: ignore[override]
         ctx.gctx = gctx
         halo = gctx.exchange(h.detach(), gctx.kind)
         return gctx.plan.adj.A @ torch.cat([h.detach(), halo])

@@ -13,7 +13,7 @@ from distributed import Event, wait
 
 from gnnpipe.events import Timeline
 from gnnpipe.run import HISTORY_COLUMNS, Run
-from gnnpipe.runtime.cluster import Cluster, free_port, resolve
+from gnnpipe.runtime.cluster import Cluster, free_port
 from gnnpipe.runtime.rank import JobSpec, RankResult, run_rank
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class DistributedRun(Run):
     def done(self) -> bool:  # type: ignore[override]
         return self._finished.is_set()
 
-    def wait(self, timeout: float | None = None) -> "DistributedRun":  # type: ignore[override]
+    def wait(self, timeout: float | None = None) -> DistributedRun:  # type: ignore[override]
         if not self._finished.wait(timeout):
             raise TimeoutError(f"run still training after {timeout} s")
         if self._error is not None:
@@ -117,7 +117,7 @@ class DistributedRun(Run):
             except Exception:  # a broken viewer must never break the run
                 logger.exception("run listener failed")
 
-    def subscribe(self, callback: Any) -> None:  # noqa: D102 - documented on Run
+    def subscribe(self, callback: Any) -> None:
         with self._lock:
             self._listeners.append(callback)
 
@@ -128,7 +128,7 @@ class DistributedRun(Run):
         with self._lock:
             return Timeline.from_events(list(self._live_ops))
 
-    def start(self) -> "DistributedRun":
+    def start(self) -> DistributedRun:
         self._thread.start()
         return self
 

@@ -7,7 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard.views.timeline import KIND_COLORS, OTHER_COLOR, timeline_plot
+from dashboard.views.timeline import (
+    KIND_COLORS,
+    OTHER_COLOR,
+    select_epoch,
+    timeline_epochs,
+    timeline_plot,
+)
 from gnnpipe import schedule
 from gnnpipe.events import KINDS, Timeline
 from gnnpipe.simulate import simulate
@@ -74,3 +80,50 @@ def test_pure_function_and_empty_timeline(timeline: Timeline) -> None:
     empty = timeline_plot(Timeline())
     assert len(empty) == 0
     hv.render(empty, backend="bokeh")
+
+
+@pytest.fixture
+def two_epochs() -> Timeline:
+    """Epoch 0 of gnnpipe(2, 3) at t=0 and a shifted copy as epoch 1 from t=100."""
+    first = simulate(schedule.gnnpipe(2, 3), {"forward": 1, "backward": 2}).df
+    second = first.assign(epoch=1, start=first["start"] + 100, end=first["end"] + 100)
+    return Timeline(pd.concat([first, second], ignore_index=True))
+
+
+def test_timeline_epochs(two_epochs: Timeline) -> None:
+    assert timeline_epochs(two_epochs) == [0, 1]
+    assert timeline_epochs(Timeline()) == []
+
+
+def test_select_epoch_filters_and_rebases(two_epochs: Timeline) -> None:
+    before = two_epochs.df.copy()
+    one = select_epoch(two_epochs, 1)
+    assert isinstance(one, Timeline)
+    assert len(one) == 12 and set(one.df["epoch"]) == {1}
+    assert one.df["start"].min() == 0.0
+    zero = select_epoch(two_epochs, 0)
+    np.testing.assert_array_equal(one.df["start"], zero.df["start"])
+    np.testing.assert_array_equal(one.df["end"], zero.df["end"])
+    assert one.makespan() == zero.makespan() == 12.0  # (C+S-1)(f+b)
+    pd.testing.assert_frame_equal(two_epochs.df, before)  # input untouched
+    assert len(select_epoch(two_epochs, 7)) == 0
+
+
+def test_epoch_argument_draws_one_epoch(two_epochs: Timeline) -> None:
+    whole = timeline_plot(two_epochs)
+    assert len(whole) == 24
+    assert "makespan 112 s" in whole.opts.get().kwargs["title"]
+    el = timeline_plot(two_epochs, epoch=1)
+    assert len(el) == 12 and set(el.dimension_values("epoch")) == {1}
+    assert el.dimension_values("start").min() == 0.0
+    assert "makespan 12 s" in el.opts.get().kwargs["title"]
+
+
+@pytest.mark.parametrize(("stages", "chunks", "text"),
+                         [(4, 8, "bubble 27.3%"), (2, 3, "bubble 25.0%"), (1, 4, "bubble 0.0%")])
+def test_title_shows_bubble_fraction(stages: int, chunks: int, text: str) -> None:
+    tl = simulate(schedule.gnnpipe(stages, chunks), 1.0)
+    title = timeline_plot(tl, title="x").opts.get().kwargs["title"]
+    assert title.endswith(text)
+    fig = hv.render(timeline_plot(tl), backend="bokeh")
+    assert text in fig.title.text

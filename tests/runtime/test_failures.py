@@ -3,7 +3,6 @@ rank; the same cluster then runs the next job. Bad configurations fail before an
 
 from __future__ import annotations
 
-import copy
 import os
 import signal
 import sys
