@@ -38,22 +38,23 @@ def _name_curves(plot: Any, element: Any) -> None:
 
 
 class LiveView:
-    """One plot fed from the periodic callback through a HoloViews ``Pipe`` stream (a
-    ``DynamicMap`` redraws it); views returning layouts are swapped into the pane instead."""
+    """One plot fed by the periodic callback. Streaming plots (curves that grow) go through a
+    HoloViews ``Pipe`` into a framewise ``DynamicMap``; plots whose structure changes (new lanes,
+    new kinds) are swapped into their pane whole."""
 
-    def __init__(self, fn: Callable[[Any], Any], data: Any, **pane_kwargs: Any) -> None:
-        self.fn = fn
-        first = fn(data)
-        self.dynamic = not isinstance(first, (hv.Layout, hv.NdLayout, hv.GridSpace))
-        if self.dynamic:
+    def __init__(self, fn: Callable[[Any], Any], data: Any, stream: bool = False,
+                 **pane_kwargs: Any) -> None:
+        self.fn, self.stream = fn, stream
+        if stream:
             self.pipe = hv.streams.Pipe(data=data)
             dmap = hv.DynamicMap(lambda data: fn(data), streams=[self.pipe])
-            self.pane = pn.pane.HoloViews(dmap, **pane_kwargs)
+            self.pane = pn.pane.HoloViews(dmap.opts(framewise=True), linked_axes=False,
+                                          **pane_kwargs)
         else:
-            self.pane = pn.pane.HoloViews(first, **pane_kwargs)
+            self.pane = pn.pane.HoloViews(fn(data), linked_axes=False, **pane_kwargs)
 
     def update(self, data: Any) -> None:
-        if self.dynamic:
+        if self.stream:
             self.pipe.send(data)
         else:
             self.pane.object = self.fn(data)
@@ -133,21 +134,22 @@ class Dashboard(param.Parameterized):
         history, timeline = session.history(), session.timeline()
         config = self.source.config
         header = pn.pane.Markdown(self._header(history), name="header")
-        curves = LiveView(self._curves, history, sizing_mode="stretch_width")
-        times = LiveView(metric_views.epoch_time_plot, history)
+        losses = LiveView(self._named(metric_views.loss_plot), history, stream=True)
+        accuracy = LiveView(self._named(metric_views.accuracy_plot), history, stream=True)
+        times = LiveView(metric_views.epoch_time_plot, history, stream=True)
         epochs = timeline_epochs(timeline)
         selector = pn.widgets.IntSlider(name="epoch (timeline)", start=0,
                                         end=max(max(epochs, default=0), 1),
                                         value=max(epochs, default=0))
-        lanes = LiveView(lambda tl: self._timeline(tl, selector.value), timeline,
-                         sizing_mode="stretch_width")
+        lanes = LiveView(lambda tl: self._timeline(tl, selector.value), timeline)
         selector.param.watch(lambda _: lanes.update(session.timeline()), "value")
         predicted_bytes = config.get("predicted_comm_bytes")
         matrix = LiveView(comm_views.comm_matrix_plot, session.comm())
         kinds = LiveView(comm_views.bytes_by_kind_plot, session.comm())
-        per_epoch = LiveView(lambda h: comm_views.bytes_per_epoch_plot(h, predicted_bytes), history)
+        per_epoch = LiveView(lambda h: comm_views.bytes_per_epoch_plot(h, predicted_bytes), history,
+                             stream=True)
         cards = [
-            pn.Card(pn.Column(curves.pane, times.pane), title="Training"),
+            pn.Card(pn.Row(losses.pane, accuracy.pane, times.pane), title="Training"),
             pn.Card(pn.Column(selector, lanes.pane), title="Stage timeline"),
             pn.Card(pn.Row(matrix.pane, kinds.pane, per_epoch.pane), title="Communication"),
             pn.Card(self._partitions(), title="Partitions"),
@@ -159,8 +161,8 @@ class Dashboard(param.Parameterized):
                 return
             hist, tl = session.history(), session.timeline()
             header.object = self._header(hist)
-            curves.update(hist)
-            times.update(hist)
+            for view in (losses, accuracy, times):
+                view.update(hist)
             epochs_now = timeline_epochs(tl)
             if epochs_now:
                 follow = selector.value == selector.end
@@ -186,9 +188,10 @@ class Dashboard(param.Parameterized):
         progress = metric_views.progress_text(history, int(c.get("epochs", len(history)) or 0))
         return f"## {self.title}\n{what}  \n{progress}"
 
-    def _curves(self, history: pd.DataFrame) -> Any:
-        element = metric_views.training_curves(history)
-        return element.map(lambda el: el.opts(hooks=[_name_curves]), hv.Curve)
+    @staticmethod
+    def _named(fn: Callable[[pd.DataFrame], Any]) -> Callable[[pd.DataFrame], Any]:
+        """Name the curves' bokeh renderers so a browser can find them."""
+        return lambda history: fn(history).map(lambda el: el.opts(hooks=[_name_curves]), hv.Curve)
 
     def _timeline(self, timeline: Timeline, epoch: int) -> Any:
         shown = select_epoch(timeline, epoch) if len(timeline) else timeline
@@ -201,12 +204,13 @@ class Dashboard(param.Parameterized):
             return pn.pane.Markdown("No partitioning recorded for this run (single mode, or a "
                                     "replayed folder).")
         data = getattr(self.source, "data", None)
-        row = [pn.pane.HoloViews(partition_views.partition_sizes_plot(part)),
-               pn.pane.HoloViews(partition_views.halo_plot(part)),
-               pn.pane.HoloViews(partition_views.edge_matrix_plot(part))]
+        plots = [partition_views.partition_sizes_plot(part), partition_views.halo_plot(part),
+                 partition_views.edge_matrix_plot(part)]
         if data is not None:
-            row.append(pn.pane.HoloViews(partition_views.node_layout_plot(data, part)))
-        return pn.GridBox(*row, ncols=2)
+            plots.append(partition_views.node_layout_plot(data, part))
+        panes = [pn.pane.HoloViews(p.opts(width=380, height=320), linked_axes=False)
+                 for p in plots]
+        return pn.FlexBox(*panes)
 
     # ------------------------------------------------------------------ entry points
     def __panel__(self) -> pn.viewable.Viewable:

@@ -16,6 +16,9 @@ COLUMNS: tuple[str, ...] = (
 #: Op kinds a Timeline row may carry.
 KINDS: tuple[str, ...] = ("forward", "backward", "send", "recv", "allreduce", "step", "idle")
 
+#: Op kinds during which a rank is busy; the rest of its time is the bubble.
+BUSY_KINDS: tuple[str, ...] = ("forward", "backward", "step", "allreduce")
+
 _DTYPES = {
     "rank": "int64", "stage": "int64", "way": "int64", "chunk": "int64", "epoch": "int64",
     "kind": "object", "start": "float64", "end": "float64", "bytes": "int64", "peer": "int64",
@@ -36,6 +39,16 @@ class OpEvent:
     end: float
     bytes: int = 0
     peer: int = -1
+
+
+def _union_length(intervals: pd.DataFrame) -> float:
+    """Total length of the union of ``[start, end)`` intervals."""
+    total, reach = 0.0, float("-inf")
+    for start, end in intervals.sort_values("start").itertuples(index=False):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 class Timeline:
@@ -83,9 +96,13 @@ class Timeline:
         return float(self.df["end"].max() - self.df["start"].min())
 
     def busy_time(self) -> pd.Series:
-        """Busy seconds per rank (sum of op durations, idle rows excluded)."""
-        work = self.df[self.df["kind"] != "idle"]
-        return (work["end"] - work["start"]).groupby(work["rank"]).sum()
+        """Seconds each rank spends computing (forward, backward, step, all-reduce), counting
+        overlapping ops once. Sends overlap compute and receives are waits, so neither counts."""
+        work = self.df[self.df["kind"].isin(BUSY_KINDS)]
+        busy = {r: _union_length(g[["start", "end"]]) for r, g in work.groupby("rank")}
+        ranks = sorted(self.df["rank"].unique())
+        return pd.Series([busy.get(r, 0.0) for r in ranks], index=pd.Index(ranks, name="rank"),
+                         dtype="float64")
 
     def bubble_fraction(self) -> float:
         """Idle rank-time over ``ranks × makespan``."""
