@@ -78,7 +78,8 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
           seed: int = 0, stages: int = 1, chunks: int | None = None,
           ways: int = 1, parts: int = 2, techniques: Techniques | dict | bool | None = None,
           recompute: bool = False, cluster: Any = None, workers: int | None = None,
-          background: bool = False, timeout: float = 120.0, progress: bool = True) -> Run:
+          background: bool = False, timeout: float = 120.0, plan: Any = None,
+          progress: bool = True) -> Run:
     """Train ``model`` in place on ``data`` and return a :class:`~gnnpipe.run.Run`.
 
     Args:
@@ -104,8 +105,18 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         workers: if given, the number of workers the run must use exactly.
         background: return at once (distributed modes); use ``run.wait()``, ``run.stop()``.
         timeout: seconds a rank waits on a peer before the run fails.
+        plan: a :class:`~gnnpipe.plan.Plan` from ``gp.plan``: its stage ranges and chunk count
+            replace ``stages`` and ``chunks``.
         progress: show a tqdm bar.
     """
+    ranges = None
+    if plan is not None:
+        ranges = [tuple(r) for r in plan.ranges]
+        stages, chunks = len(ranges), plan.chunks
+        if ranges[0][0] != 0 or ranges[-1][1] != len(model) or any(
+                a[1] != b[0] for a, b in zip(ranges, ranges[1:])):
+            raise ValueError(f"plan: its stage ranges {ranges} do not tile the model's "
+                             f"{len(model)} blocks; was it made for another model?")
     chunks = 4 * stages if chunks is None else chunks
     _check(model, data, mode, epochs, lr, stages, chunks, weight_decay, ways, parts, workers)
     tech = Techniques.coerce(techniques)
@@ -113,7 +124,8 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
               "lr": lr, "weight_decay": weight_decay, "gnn_weight_decay": gnn_weight_decay,
               "seed": seed, "stages": stages, "chunks": chunks if mode != "single" else 1,
               "techniques": asdict(tech), "recompute": recompute,
-              "dataset": getattr(data, "name", None), "ways": ways, "parts": parts}
+              "dataset": getattr(data, "name", None), "ways": ways, "parts": parts,
+              "ranges": ranges or stage_ranges(len(model), stages)}
     if mode in DISTRIBUTED:
         from gnnpipe.runtime.start import start_distributed
 
@@ -133,7 +145,7 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         eval_data = parts.apply(data)
         adj = normalized_adjacency(eval_data.edge_index, eval_data.num_nodes, model.norm)
         engine = LocalEngine(model, eval_data, adj, parts.bounds.tolist(),
-                             stage_ranges(len(model), stages), tech, seed, recompute)
+                             config["ranges"], tech, seed, recompute)
         events = engine.events
 
         def step(epoch: int) -> float:

@@ -43,7 +43,7 @@ def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning,
 
 def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts: int = 1,
                 ways: int = 1, partitioning: Partitioning | None = None, seed: int = 0,
-                chunks: int | None = None) -> int:
+                chunks: int | None = None, ranges: list[tuple[int, int]] | None = None) -> int:
     """Bytes sent per epoch by ``mode``, excluding the weight-gradient all-reduce.
 
     Args:
@@ -57,6 +57,7 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
             the chunking (``gp.chunk``). Computed when absent.
         seed: seeds METIS when the partitioning is computed here.
         chunks: ``hybrid``'s chunk count (default ``4 · stages · ways``).
+        ranges: the stages' block ranges (a planned split); default: as even as possible.
 
     ``hybrid`` is ``pipeline`` traffic plus, at every aggregation of every chunk step, each
     chunk's boundary rows (forward) and their gradients (backward) sent to the other ways.
@@ -65,9 +66,9 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
         raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
     if mode in ("single", "local"):
         return 0
+    ranges = [tuple(r) for r in ranges] if ranges else stage_ranges(len(model), stages)
     if mode == "pipeline":
-        return pipeline_bytes(model, data.num_nodes, stage_ranges(len(model), stages))
-    ranges = stage_ranges(len(model), stages)
+        return pipeline_bytes(model, data.num_nodes, ranges)
     if mode == "hybrid":
         if partitioning is None:
             partitioning = chunk(data, chunks or 4 * stages * ways, seed=seed)

@@ -8,7 +8,6 @@ from typing import Any
 from torch_geometric.data import Data
 
 from gnnpipe.engine.chunked import Techniques
-from gnnpipe.engine.local import stage_ranges
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk, partition
 from gnnpipe.runtime.cluster import resolve
@@ -25,13 +24,14 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
     else:
         parts = chunk(data, config["chunks"], seed=config["seed"])
         stages, ways = config["stages"], config["ways"]
+    ranges = [(0, len(model))] if mode == "graph" else [tuple(r) for r in config["ranges"]]
     topic = new_topic()
     config["run_id"] = topic
     config["predicted_comm_bytes"] = _predicted(model, data, config, parts)
     spec = JobSpec(mode=mode, model=model, data=parts.apply(data), bounds=parts.bounds.tolist(),
                    epochs=config["epochs"], lr=config["lr"], weight_decay=config["weight_decay"],
                    gnn_weight_decay=config["gnn_weight_decay"], seed=config["seed"], stages=stages,
-                   ways=ways, ranges=stage_ranges(len(model), stages), techniques=techniques,
+                   ways=ways, ranges=ranges, techniques=techniques,
                    recompute=config["recompute"], threads=1, timeout=timeout, topic=topic,
                    stop_event=f"{topic}-stop")
     handle, owned = resolve(cluster, spec.world)
@@ -53,4 +53,5 @@ def _predicted(model: LayerStack, data: Data, config: dict[str, Any], parts: Any
     from gnnpipe.volume import comm_volume
 
     return comm_volume(model, data, config["mode"], stages=config["stages"], parts=config["parts"],
-                       ways=config["ways"], partitioning=parts, chunks=config["chunks"])
+                       ways=config["ways"], partitioning=parts, chunks=config["chunks"],
+                       ranges=config["ranges"])
