@@ -138,7 +138,7 @@ class Dashboard(param.Parameterized):
         accuracy = LiveView(self._named(metric_views.accuracy_plot), history, stream=True)
         times = LiveView(metric_views.epoch_time_plot, history, stream=True)
         epochs = timeline_epochs(timeline)
-        selector = pn.widgets.IntSlider(name="epoch (timeline)", start=0,
+        selector = pn.widgets.IntSlider(label="epoch (timeline)", start=0,
                                         end=max(max(epochs, default=0), 1),
                                         value=max(epochs, default=0))
         lanes = LiveView(lambda tl: self._timeline(tl, selector.value), timeline)

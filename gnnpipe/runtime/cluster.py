@@ -35,9 +35,9 @@ class Cluster:
         else:
             if n_workers < 1:
                 raise ValueError(f"n_workers: expected at least 1 worker, got {n_workers}")
+            kwargs.setdefault("silence_logs", logging.ERROR)
             self._local = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                       host=host, dashboard_address=None,
-                                       silence_logs=logging.ERROR, **kwargs)
+                                       host=host, dashboard_address=f"{host}:0", **kwargs)
             self.client = Client(self._local)
 
     def workers(self) -> list[str]:
