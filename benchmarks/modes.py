@@ -8,9 +8,10 @@ chunks=4R), ``graph`` (parts=R) and, with 4 ranks, ``hybrid`` (2 ways × 2 stage
 For each: median of ``run.history["epoch_time"]`` after 2 warm-up epochs (training only, the
 per-epoch evaluation excluded), bytes per epoch measured (``run.history["comm_bytes"]``) and
 predicted (``gp.comm_volume``), and peak RSS per rank. ``single`` and ``local`` run in a fresh
-child process each (their own ``ru_maxrss``); distributed runs share one 4-worker Dask cluster
-whose workers are restarted before each run (``run.peak_rss`` is the worker's lifetime
-``ru_maxrss``). Every process uses one torch thread.
+child process each; distributed runs share one 4-worker Dask cluster. Peak RSS is ``VmHWM``
+from ``/proc/self/status``, reset on the workers before each run (``clear_refs``): Linux
+carries ``ru_maxrss`` (what ``run.peak_rss`` reports) over fork and exec, so a worker forked
+from a big client starts at the client's RSS. Every process uses one torch thread.
 
 Part 2 (no training) compares ``gp.comm_volume`` of ``graph`` (4 METIS parts) and
 ``pipeline`` (4 stages) for GCN-32 and GCNII-32 on Cora and on synthetic 50K-node graphs of
@@ -44,6 +45,13 @@ from typing import Any
 MODELS, HIDDEN, WARMUP, RANKS = ("gcn", "gcnii"), 64, 2, (2, 4)
 PAPER_GEOMEAN = 8.69  # GNNPipe paper: communication volume down 8.69x (geometric mean)
 MB = 2**20
+TIMES = [("| model | ranks | mode | median epoch s | × single | bytes/epoch measured | predicted "
+         "| peak RSS/rank MB (max) |"), "|---|---:|---|---:|---:|---:|---:|---:|"]
+RATIOS = [("| graph | model | n | M (4-way halo rows) | pipeline MB | graph MB | ratio "
+          "| formula L·M/((S−1)·n) |"), "|---|---|---:|---:|---:|---:|---:|---:|"]
+NOTE = ("Epoch time: training only (forward, backward, step) of the slowest rank; the per-epoch "
+        "full-graph evaluation is excluded. All ranks share 2 cores, so with 2 ranks the ideal is "
+        "0.5 × single, and 4 ranks can do no better.")
 
 
 def graph(nodes: int, homophily: float = 0.8) -> Any:
@@ -76,6 +84,22 @@ def configs() -> list[tuple[str, int]]:
     return out
 
 
+def reset_peak() -> None:
+    """Drop freed memory and restart this process's RSS high-water mark (Linux ≥ 4.0)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss() -> int:
+    """``VmHWM`` of this process in bytes."""
+    status = Path("/proc/self/status").read_text().splitlines()
+    return next(int(ln.split()[1]) for ln in status if ln.startswith("VmHWM")) * 1024
+
+
 def summarize_run(run: Any, cfg: dict[str, Any], rss: dict[int, int]) -> dict[str, Any]:
     timed = run.history.iloc[WARMUP:]
     return {**cfg, "epoch_times": timed["epoch_time"].tolist(),
@@ -95,7 +119,9 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     run = gp.train(build(cfg["model"], data, cfg["layers"]), data, cfg["mode"],
                    **mode_kwargs(cfg["mode"], cfg["ranks"]), epochs=WARMUP + cfg["epochs"],
                    progress=False)
-    return summarize_run(run, cfg, {0: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
+    result = summarize_run(run, cfg, {0: peak_rss()})
+    result["ru_maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
 
 
 def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -118,11 +144,13 @@ def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
     data = graph(args.nodes)
     with gp.Cluster(n_workers=max(RANKS)) as cluster:
         for cfg in (c for c in todo if c["mode"] not in ("single", "local")):
-            cluster.restart()  # fresh worker processes: ru_maxrss of this run only
+            cluster.client.run(reset_peak)
             run = gp.train(build(cfg["model"], data, cfg["layers"]), data, cfg["mode"],
                            **mode_kwargs(cfg["mode"], cfg["ranks"]), epochs=WARMUP + cfg["epochs"],
                            cluster=cluster, progress=False, timeout=600.0)
-            results.append(summarize_run(run, cfg, run.peak_rss))
+            hwm = cluster.client.run(peak_rss)  # rank r ran on the r-th worker address
+            results.append(summarize_run(run, cfg, dict(enumerate(hwm[w] for w in cluster.workers()))))
+            results[-1]["run_peak_rss_mb"] = {r: v / MB for r, v in run.peak_rss.items()}
             log(results[-1])
     for r in results:
         model = build(r["model"], data, r["layers"])
@@ -153,45 +181,38 @@ def ratios(nodes: int, layers: int) -> list[dict[str, Any]]:
 def markdown(results: list[dict[str, Any]], comm: list[dict[str, Any]], env: dict[str, Any],
              args: argparse.Namespace) -> str:
     single = {r["model"]: r["median_epoch_s"] for r in results if r["mode"] == "single"}
+    order = ("single", "local", "pipeline", "graph", "hybrid")
+    results = sorted(results, key=lambda r: (r["model"], r["ranks"], order.index(r["mode"])))
+    head = (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs, shared,"
+            f" load {env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at end) · 1 "
+            f"torch thread per process · median of {args.epochs} epochs after {WARMUP} warm-up · "
+            f"wall {env['wall_s'] / 60:.1f} min")
     lines = [f"# Modes side by side ({args.nodes:,} nodes, {args.layers} layers, hidden {HIDDEN})",
-             "", f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs, "
-             f"shared, load {env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at end)"
-             f" · 1 torch thread per process · median of {args.epochs} epochs after {WARMUP} warm-up"
-             f" · wall {env['wall_s'] / 60:.1f} min", "",
-             "| model | ranks | mode | median epoch s | × single | bytes/epoch measured "
-             "| predicted | peak RSS/rank MB (max) |", "|---|---:|---|---:|---:|---:|---:|---:|"]
-    for r in results:
-        rss = max(r["peak_rss_mb"].values())
-        lines.append(f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['median_epoch_s']:.2f} | "
-                     f"{r['median_epoch_s'] / single[r['model']]:.2f} | {r['measured_bytes']:,} | "
-                     f"{r['predicted_bytes']:,} | {rss:.0f} |")
-    lines += ["", "Epoch time = training only (forward, backward, step), the slowest rank's; the "
-              "per-epoch full-graph evaluation is excluded. All ranks share 2 cores, so with 2 ranks "
-              "the ideal is 0.5 × single and with 4 ranks it can be no better than that.", ""]
+             "", head, "", *TIMES]
+    lines += [f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['median_epoch_s']:.2f} | "
+              f"{r['median_epoch_s'] / single[r['model']]:.2f} | {r['measured_bytes']:,} | "
+              f"{r['predicted_bytes']:,} | {max(r['peak_rss_mb'].values()):.0f} |" for r in results]
+    lines += ["", NOTE, ""]
     for m in MODELS:
         for R in RANKS:
             t = {r["mode"]: r["median_epoch_s"] for r in results
                  if r["model"] == m and r["ranks"] in (R, 1)}
             ps, pg = t["pipeline"] / t["single"], t["pipeline"] / t["graph"]
-            note = " — **pipelining does not pay here**" if pg > 1 else ""
-            lines.append(f"- {m}-{args.layers}, {R} ranks: pipeline/single {ps:.2f} (ideal "
-                         f"{1 / min(R, 2):.2f}), pipeline/graph {pg:.2f}{note}.")
-    lines += ["", f"## Communication ratio graph ÷ pipeline (4 ranks, {args.layers} layers, no training)",
-              "", "| graph | model | n | M (4-way halo rows) | pipeline MB | graph MB | ratio | "
-              "formula L·M/((S−1)·n) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for c in comm:
-        lines.append(f"| {c['graph']} | {c['model']} | {c['n']:,} | {c['M']:,} | "
-                     f"{c['pipeline_bytes'] / MB:.1f} | {c['graph_bytes'] / MB:.1f} | "
-                     f"{c['ratio']:.2f} | {c['formula']:.2f} |")
+            lines.append(f"- {m}-{args.layers}, {R} ranks: pipeline/single {ps:.2f} (ideal 0.50), "
+                         f"pipeline/graph {pg:.2f}"
+                         + (" — **pipelining does not pay here**." if pg > 1 or ps > 1 else "."))
+    lines += ["", f"## Communication ratio graph ÷ pipeline (4 ranks, {args.layers} layers)", "",
+              *RATIOS]
+    lines += [f"| {c['graph']} | {c['model']} | {c['n']:,} | {c['M']:,} | "
+              f"{c['pipeline_bytes'] / MB:.1f} | {c['graph_bytes'] / MB:.1f} | {c['ratio']:.2f} | "
+              f"{c['formula']:.2f} |" for c in comm]
     geo = math.exp(statistics.mean(math.log(c["ratio"]) for c in comm))
     low = [f"{c['graph']} {c['model']}" for c in comm if c["ratio"] < 1]
-    lines += ["", f"Geometric mean of the ratios: {geo:.2f} (the GNNPipe paper reports "
-              f"{PAPER_GEOMEAN} over its datasets, 32 layers, 8 GPUs). GCNII's pipeline also ships "
-              "`h0`, doubling its bytes, so its ratio is about half the formula; GCN's first layer "
-              "aggregates its 64-wide input, its last the 8-wide output, so its ratio is close to it.",
-              ("Ratio below 1 (pipelining sends more): " + ", ".join(low) + ".") if low else
-              "No ratio below 1 here: graph parallelism always sends more than the pipeline at 32 "
-              "layers; fewer bytes do not mean a faster epoch on one shared host, see above."]
+    lines += ["", (f"Geometric mean of these ratios: {geo:.2f}; the GNNPipe paper reports "
+              f"{PAPER_GEOMEAN} (its datasets, 32 layers, 8 GPUs). GCNII's pipeline also ships `h0`, "
+              "doubling its bytes, so its ratio is about half the formula's."), "",
+              ("Ratio below 1, where pipelining sends more than graph parallelism: "
+               + ", ".join(low) + ".") if low else "No ratio below 1 here."]
     return "\n".join(lines) + "\n"
 
 

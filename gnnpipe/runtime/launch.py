@@ -19,6 +19,7 @@ from gnnpipe.runtime.rank import JobSpec, RankResult, run_rank
 logger = logging.getLogger(__name__)
 
 _GRACE_S = 1.0  # after a first failure, wait this long to find the root cause among ranks
+_DEAD_AFTER_S = 3.0  # a worker absent from the scheduler this long is dead
 
 
 class RankFailure(RuntimeError):
@@ -176,6 +177,7 @@ def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
     rank_of = {f.key: r for r, f in enumerate(futures)}
     pending = set(futures)
     failures: dict[int, str] = {}
+    missing_since: dict[int, float] = {}
     first_failure: float | None = None
     while pending:
         try:
@@ -188,8 +190,14 @@ def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
                 exc = f.exception()
                 failures[rank_of[f.key]] = ("~" if _is_fallout(exc) else "") + f"{type(exc).__name__}: {exc}"
         alive = set(cluster.workers())
+        now = time.monotonic()
         for r, w in enumerate(workers):
-            if w not in alive and (r not in failures or failures[r].startswith("~")):
+            if w in alive:
+                missing_since.pop(r, None)
+                continue
+            # a loaded worker can miss heartbeats and drop off the scheduler briefly
+            if now - missing_since.setdefault(r, now) >= _DEAD_AFTER_S and (
+                    r not in failures or failures[r].startswith("~")):
                 failures[r] = "!its worker process died"
         if failures:
             first_failure = first_failure or time.monotonic()
