@@ -37,6 +37,11 @@ def _name_curves(plot: Any, element: Any) -> None:
         renderer.name = CURVE_NAME
 
 
+def _framewise(obj: Any) -> Any:
+    """Let every element of a streamed frame rescale its axes to its own data."""
+    return obj.map(lambda el: el.opts(framewise=True), lambda el: isinstance(el, hv.Element))
+
+
 class LiveView:
     """One plot fed by the periodic callback. Streaming plots (curves that grow) go through a
     HoloViews ``Pipe`` into a framewise ``DynamicMap``; plots whose structure changes (new lanes,
@@ -47,9 +52,8 @@ class LiveView:
         self.fn, self.stream = fn, stream
         if stream:
             self.pipe = hv.streams.Pipe(data=data)
-            dmap = hv.DynamicMap(lambda data: fn(data), streams=[self.pipe])
-            self.pane = pn.pane.HoloViews(dmap.opts(framewise=True), linked_axes=False,
-                                          **pane_kwargs)
+            dmap = hv.DynamicMap(lambda data: _framewise(fn(data)), streams=[self.pipe])
+            self.pane = pn.pane.HoloViews(dmap, linked_axes=False, **pane_kwargs)
         else:
             self.pane = pn.pane.HoloViews(fn(data), linked_axes=False, **pane_kwargs)
 
