@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from dataclasses import asdict
@@ -114,7 +115,7 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         ranges = [tuple(r) for r in plan.ranges]
         stages, chunks = len(ranges), plan.chunks
         if ranges[0][0] != 0 or ranges[-1][1] != len(model) or any(
-                a[1] != b[0] for a, b in zip(ranges, ranges[1:])):
+                a[1] != b[0] for a, b in itertools.pairwise(ranges)):
             raise ValueError(f"plan: its stage ranges {ranges} do not tile the model's "
                              f"{len(model)} blocks; was it made for another model?")
     chunks = 4 * stages if chunks is None else chunks

@@ -12,7 +12,7 @@ warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta 
 warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 
 
-def _csr(row: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int]) -> Tensor:
+def coo_to_csr(row: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int]) -> Tensor:
     order = torch.argsort(row * shape[1] + col)
     row, col, val = row[order], col[order], val[order]
     crow = torch.zeros(shape[0] + 1, dtype=torch.long)
@@ -71,7 +71,7 @@ def normalized_adjacency(edge_index: Tensor, num_nodes: int, norm: str) -> Adjac
     else:
         raise ValueError(f"norm: expected 'sym' or 'mean', got {norm!r}")
     shape = (num_nodes, num_nodes)
-    return Adjacency(_csr(dst, src, val, shape), _csr(src, dst, val, shape))
+    return Adjacency(coo_to_csr(dst, src, val, shape), coo_to_csr(src, dst, val, shape))
 
 
 class SpMM(torch.autograd.Function):

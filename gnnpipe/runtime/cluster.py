@@ -55,7 +55,7 @@ class Cluster:
         if self._local is not None:
             self._local.close()
 
-    def __enter__(self) -> Cluster:
+    def __enter__(self) -> Cluster:  # noqa: PYI034 - typing.Self needs Python 3.11
         return self
 
     def __exit__(self, *exc: object) -> None:

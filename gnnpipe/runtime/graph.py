@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gnnpipe.engine.graph import Adjacency, _csr, normalized_adjacency
+from gnnpipe.engine.graph import Adjacency, coo_to_csr, normalized_adjacency
 from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.rank import EpochReporter, JobSpec
@@ -39,8 +39,8 @@ def halo_plan(full: Adjacency, bounds: list[int], rank: int) -> HaloPlan:
                            (hi - lo) + torch.searchsorted(halo, cols))
     rows = torch.repeat_interleave(torch.arange(hi - lo), local.crow_indices().diff())
     shape = (hi - lo, hi - lo + halo.numel())
-    adj = Adjacency(_csr(rows, new_cols, local.values(), shape),
-                    _csr(new_cols, rows, local.values(), (shape[1], shape[0])))
+    adj = Adjacency(coo_to_csr(rows, new_cols, local.values(), shape),
+                    coo_to_csr(new_cols, rows, local.values(), (shape[1], shape[0])))
     recv_counts = {int(q): int((owner[halo] == q).sum()) for q in range(len(bounds) - 1) if q != rank}
     send_rows: dict[int, Tensor] = {}
     for q in range(len(bounds) - 1):

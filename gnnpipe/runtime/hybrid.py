@@ -82,7 +82,7 @@ def hybrid_rank(spec: JobSpec, comm: Comm, reporter: EpochReporter) -> dict[str,
         order = chunk_order(num_chunks, spec.seed, epoch, spec.techniques.random_order)
         steps = [order[k * ways:(k + 1) * ways] for k in range(num_chunks // ways)]
 
-        def at_step(position: int) -> None:
+        def at_step(position: int, steps: list[list[int]] = steps) -> None:
             sync.step_chunks = steps[position]
 
         mine = [step[comm.way] for step in steps]

@@ -136,7 +136,7 @@ class DistributedRun(Run):
     def _main(self) -> None:
         try:
             self._collect(launch(self.spec, self.cluster))
-        except BaseException as exc:  # handed to wait()
+        except BaseException as exc:  # noqa: BLE001 - handed to wait(), which re-raises it
             self._error = exc
         finally:
             try:
@@ -208,10 +208,10 @@ def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
             f.cancel()
         try:
             cluster.restart()
-        except Exception as exc:  # the failure matters more than a slow restart
+        except Exception as exc:  # noqa: BLE001 - the rank's failure matters more
             logger.warning("restarting the workers after a failed run did not finish: %s", exc)
-        rank, cause = sorted(failures.items(), key=lambda kv: (not kv[1].startswith("!"),
-                                                              kv[1].startswith("~"), kv[0]))[0]
+        rank, cause = min(failures.items(), key=lambda kv: (not kv[1].startswith("!"),
+                                                           kv[1].startswith("~"), kv[0]))
         raise RankFailure(rank, cause.lstrip("!~"))
     return [f.result() for f in futures]
 

@@ -58,7 +58,7 @@ def test_replayed_run_folder_shows_what_the_live_run_showed(cluster, small_graph
     pd.testing.assert_frame_equal(replay.history.reset_index(drop=True),
                                   session.history().reset_index(drop=True), check_dtype=False)
     # every epoch the ranks reported live carried the same timeline rows as the final one
-    streamed, streamed_ops, _, _ = live.feed.since(0, 0)
+    _, streamed_ops, _, _ = live.feed.since(0, 0)
     if streamed_ops:
         live_tl = gp.Timeline.from_events(streamed_ops)
         epochs = sorted(set(live_tl.df["epoch"]))

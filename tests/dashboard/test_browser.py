@@ -15,16 +15,16 @@ from dashboard.app import CURVE_NAME, Dashboard
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 VIEWS = ["Training", "Stage timeline", "Communication", "Partitions", "Schedule explorer"]
 
-COUNT_POINTS = """() => {
+COUNT_POINTS = f"""() => {{
   let n = 0;
   for (const doc of window.Bokeh.documents)
     for (const m of doc.all_models)
-      if (m.name === '%s') {
+      if (m.name === '{CURVE_NAME}') {{
         const cols = Object.values(m.data_source.data);
         if (cols.length) n = Math.max(n, cols[0].length);
-      }
+      }}
   return n;
-}""" % CURVE_NAME
+}}"""
 
 
 @pytest.fixture
