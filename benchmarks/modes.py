@@ -29,7 +29,9 @@ Writes ``benchmarks/results/modes.json`` (raw numbers, environment) and ``modes.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime as dt
+import gc
 import json
 import math
 import os
@@ -76,21 +78,9 @@ def mode_kwargs(mode: str, ranks: int) -> dict[str, int]:
             "hybrid": {"ways": 2, "stages": 2, "chunks": 16}}[mode]
 
 
-def configs() -> list[tuple[str, int]]:
-    """(mode, ranks) pairs; ``single`` once (it has no ranks)."""
-    out = [("single", 1)]
-    for r in RANKS:
-        out += [(m, r) for m in ("local", "pipeline", "graph")] + ([("hybrid", r)] if r == 4 else [])
-    return out
-
-
 def reset_peak() -> None:
     """Drop freed memory and restart this process's RSS high-water mark (Linux ≥ 4.0)."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    gc.collect(), ctypes.CDLL("libc.so.6").malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5")
 
 
@@ -109,7 +99,7 @@ def summarize_run(run: Any, cfg: dict[str, Any], rss: dict[int, int]) -> dict[st
 
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
-    """``single``/``local`` in this fresh process: train, report times and ``ru_maxrss``."""
+    """``single``/``local`` in this fresh process: train, report times and peak RSS."""
     import torch
 
     import gnnpipe as gp
@@ -136,8 +126,10 @@ def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
     """Part 1: all configurations; children first, then one 4-worker cluster for the rest."""
     import gnnpipe as gp
 
+    pairs = [("single", 1)] + [(m, r) for r in RANKS for m in ("local", "pipeline", "graph")]
+    pairs += [("hybrid", 4)]  # (mode, ranks); single has no ranks
     todo = [{"model": m, "mode": mode, "ranks": r, "nodes": args.nodes, "layers": args.layers,
-             "epochs": args.epochs} for m in MODELS for mode, r in configs()]
+             "epochs": args.epochs} for m in MODELS for mode, r in pairs]
     results = [run_child(c) for c in todo if c["mode"] in ("single", "local")]
     for r in results:
         log(r)
@@ -149,7 +141,8 @@ def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
                            **mode_kwargs(cfg["mode"], cfg["ranks"]), epochs=WARMUP + cfg["epochs"],
                            cluster=cluster, progress=False, timeout=600.0)
             hwm = cluster.client.run(peak_rss)  # rank r ran on the r-th worker address
-            results.append(summarize_run(run, cfg, dict(enumerate(hwm[w] for w in cluster.workers()))))
+            ranks = cluster.workers()[:cfg["ranks"]]
+            results.append(summarize_run(run, cfg, {r: hwm[w] for r, w in enumerate(ranks)}))
             results[-1]["run_peak_rss_mb"] = {r: v / MB for r, v in run.peak_rss.items()}
             log(results[-1])
     for r in results:

@@ -212,8 +212,8 @@ class Dashboard(param.Parameterized):
                  partition_views.edge_matrix_plot(part)]
         if data is not None:
             plots.append(partition_views.node_layout_plot(data, part))
-        panes = [pn.pane.HoloViews(p.opts(width=380, height=320), linked_axes=False)
-                 for p in plots]
+        sized = [p.opts(width=380, height=320, responsive=False) for p in plots]
+        panes = [pn.pane.HoloViews(p, linked_axes=False) for p in sized]
         return pn.FlexBox(*panes)
 
     # ------------------------------------------------------------------ entry points
