@@ -19,7 +19,8 @@ from gnnpipe.runtime.rank import JobSpec, RankResult, run_rank
 logger = logging.getLogger(__name__)
 
 _GRACE_S = 1.0  # after a first failure, wait this long to find the root cause among ranks
-_DEAD_AFTER_S = 3.0  # a worker absent from the scheduler this long is dead
+_DEAD_AFTER_S = 3.0  # absent this long while a peer has failed: the worker died
+_SURELY_DEAD_AFTER_S = 60.0  # absent this long: dead even if no peer noticed
 
 
 class RankFailure(RuntimeError):
@@ -195,8 +196,11 @@ def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
             if w in alive:
                 missing_since.pop(r, None)
                 continue
-            # a loaded worker can miss heartbeats and drop off the scheduler briefly
-            if now - missing_since.setdefault(r, now) >= _DEAD_AFTER_S and (
+            # A loaded worker can miss heartbeats and drop off the scheduler for a while; a dead
+            # one also breaks its peers' connections, so their errors confirm it quickly.
+            gone = now - missing_since.setdefault(r, now)
+            confirmed = gone >= _DEAD_AFTER_S and any(q != r for q in failures)
+            if (confirmed or gone >= _SURELY_DEAD_AFTER_S) and (
                     r not in failures or failures[r].startswith("~")):
                 failures[r] = "!its worker process died"
         if failures:
