@@ -7,6 +7,7 @@ from gnnpipe import datasets, models, schedule
 from gnnpipe.engine.chunked import Techniques
 from gnnpipe.events import Timeline
 from gnnpipe.partition import Partitioning, chunk, partition
+from gnnpipe.plan import Plan, plan
 from gnnpipe.run import Run
 from gnnpipe.runtime.cluster import Cluster
 from gnnpipe.simulate import simulate
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Cluster",
     "Partitioning",
+    "Plan",
     "Run",
     "Techniques",
     "Timeline",
@@ -27,6 +29,7 @@ __all__ = [
     "datasets",
     "models",
     "partition",
+    "plan",
     "schedule",
     "simulate",
     "train",

@@ -145,6 +145,26 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    import gnnpipe as gp
+    from gnnpipe.engine.local import stage_ranges
+
+    torch.set_num_threads(args.threads)
+    data = load_data(args.dataset)
+    torch.manual_seed(args.seed)
+    extra = {"alpha": 0.1, "theta": 0.5} if args.model == "gcnii" else {}
+    model = gp.models.build(args.model, data.num_features, int(data.y.max()) + 1, args.layers,
+                            hidden=args.hidden, **extra)
+    plan = gp.plan(model, data, workers=args.workers, memory_limit=args.memory_limit,
+                   bandwidth=args.bandwidth, seed=args.seed, repeats=args.repeats)
+    print(plan)
+    uniform = plan.predict(stage_ranges(len(model), args.workers))
+    print(f"uniform split, same chunks: predicted epoch {uniform.makespan():.4g} s")
+    print(f"train with: gnnpipe train --mode pipeline --stages {args.workers} "
+          f"--chunks {plan.chunks} (or gp.train(..., plan=plan))")
+    return 0
+
+
 def _plugins() -> list[Any]:
     """Modules registered under the ``gnnpipe.cli`` entry point (the dashboard is one)."""
     from importlib.metadata import entry_points
@@ -186,6 +206,22 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--comm", type=float, default=0.0, help="seconds per stage-to-stage transfer")
     sim.add_argument("--trace", default="schedule_trace.json")
     sim.set_defaults(func=_simulate)
+
+    from gnnpipe.models import MODELS
+
+    plan = sub.add_parser("plan", help="profile a model and choose stage boundaries and chunks")
+    plan.add_argument("--dataset", default="cora",
+                      help="cora, citeseer, pubmed, or synthetic:NODES (planted partition)")
+    plan.add_argument("--model", default="gcnii", choices=sorted(MODELS))
+    plan.add_argument("--layers", type=int, default=32, help="GNN layers (1-128)")
+    plan.add_argument("--hidden", type=int, default=64)
+    plan.add_argument("--workers", type=int, default=2, help="pipeline stages, one worker each")
+    plan.add_argument("--memory-limit", default=None, help="bytes per stage, e.g. 8GB or 512MiB")
+    plan.add_argument("--bandwidth", default=None, help="stage-to-stage bytes/s, e.g. 1GB/s")
+    plan.add_argument("--repeats", type=int, default=6, help="timed runs per block (median)")
+    plan.add_argument("--threads", type=int, default=1, help="torch threads while profiling")
+    plan.add_argument("--seed", type=int, default=0)
+    plan.set_defaults(func=_plan)
     for plugin in _plugins():
         plugin.register(sub)
     return parser

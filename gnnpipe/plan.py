@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import logging
 import math
 import numbers
 import re
@@ -27,8 +26,6 @@ from gnnpipe.partition import chunk as make_chunks
 from gnnpipe.schedule import gnnpipe as gnnpipe_schedule
 from gnnpipe.simulate import simulate
 
-logger = logging.getLogger(__name__)
-
 BYTES_PER_VALUE = 4  # fp32
 #: Stage-to-stage bandwidth assumed when none is given (bytes/s; gloo over loopback TCP).
 DEFAULT_BANDWIDTH = 1e9
@@ -41,7 +38,7 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 
 
 # --------------------------------------------------------------------------- units
-def parse_bytes(value: int | float | str, name: str = "memory_limit") -> int:
+def parse_bytes(value: float | str, name: str = "memory_limit") -> int:
     """Bytes from an int, a float or a string such as ``"8GB"`` (10⁹) or ``"512MiB"`` (2²⁰)."""
     if isinstance(value, str):
         match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", value)
@@ -107,7 +104,7 @@ class BlockCost:
         """Bytes held during an epoch: activations of every chunk (fill-drain keeps all in
         flight), full-graph buffers, weights, gradients and Adam's two moments."""
         rows = num_nodes * (self.activation_bytes + self.buffer_bytes)
-        return int(math.ceil(rows)) + 2 * self.param_bytes + self.optimizer_bytes
+        return math.ceil(rows) + 2 * self.param_bytes + self.optimizer_bytes
 
 
 @dataclass(frozen=True)
@@ -133,98 +130,96 @@ class Profile:
         return frame
 
 
-def _median_times(fn, warmup: int, repeats: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    runs = [fn() for _ in range(repeats)]
-    return [statistics.median(col) for col in zip(*runs)]
+class _BlockBench:
+    """One block alone in its own executor, fed a sample chunk (0) and a one-row chunk (1)."""
 
+    def __init__(self, model: LayerStack, b: int, ordered: Data, adj, bounds: list[int]) -> None:
+        self.b, self.bounds, self.block = b, bounds, model.blocks[b]
+        self.ex = ex = StageExecutor(model, b, b + 1, adj, bounds, Techniques(), seed=0,
+                                     input_grad=b > 0)
+        ex.begin_epoch(0)
+        widths = [model.in_dim] if b == 0 else model.boundary_widths(b)
+        num_train = max(int(ordered.train_mask.sum()), 1)
+        gen = torch.Generator().manual_seed(b)
+        self.feeds = []
+        for c in (0, 1):
+            lo, hi = bounds[c], bounds[c + 1]
+            inputs = ([ordered.x[lo:hi]] if b == 0
+                      else [torch.randn(hi - lo, w, generator=gen) for w in widths])
+            target = (ordered.y[lo:hi], ordered.train_mask[lo:hi], num_train) if ex.is_last else None
+            self.feeds.append((inputs, target))
+        params = list(self.block.parameters())
+        self.opt = torch.optim.Adam(params, lr=1e-3) if params else None
 
-def _profile_block(model: LayerStack, b: int, ordered: Data, adj, bounds: list[int],
-                   warmup: int, repeats: int) -> BlockCost:
-    block = model.blocks[b]
-    ex = StageExecutor(model, b, b + 1, adj, bounds, Techniques(), seed=0, input_grad=b > 0)
-    ex.begin_epoch(0)
-    widths = [model.in_dim] if b == 0 else model.boundary_widths(b)
-    num_train = max(int(ordered.train_mask.sum()), 1)
-    gen = torch.Generator().manual_seed(b)
-
-    def inputs(c: int) -> list[Tensor]:
-        lo, hi = bounds[c], bounds[c + 1]
-        if b == 0:
-            return [ordered.x[lo:hi]]
-        return [torch.randn(hi - lo, w, generator=gen) for w in widths]
-
-    def target(c: int):
-        lo, hi = bounds[c], bounds[c + 1]
-        return (ordered.y[lo:hi], ordered.train_mask[lo:hi], num_train) if ex.is_last else None
-
-    feeds = [(inputs(c), target(c)) for c in (0, 1)]
-    saved: dict[tuple, int] = {}
-
-    def pack(t: Tensor) -> Tensor:
-        saved[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
-        return t
-
-    def once() -> tuple[float, ...]:
+    def sample(self) -> tuple[float, ...]:
+        """Seconds: forward and backward of the sample chunk, of the one-row chunk, Adam step."""
         times = []
-        for c, (ins, tgt) in enumerate(feeds):
+        for c, (inputs, target) in enumerate(self.feeds):
             t0 = time.perf_counter()
-            outs = ex.forward(c, ins, tgt)
+            outs = self.ex.forward(c, inputs, target)
             t1 = time.perf_counter()
-            grads = None if ex.is_last else [torch.ones_like(o) for o in outs]
+            grads = None if self.ex.is_last else [torch.ones_like(o) for o in outs]
             t2 = time.perf_counter()
-            ex.backward(c, grads)
+            self.ex.backward(c, grads)
             times += [t1 - t0, time.perf_counter() - t2]
-        return tuple(times)
+        t0 = time.perf_counter()
+        if self.opt is not None:
+            self.opt.step()
+        return (*times, time.perf_counter() - t0)
 
-    fwd_big, bwd_big, fwd_one, bwd_one = _median_times(once, warmup, repeats)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # bytes kept per chunk
-        ex.forward(0, *feeds[0])
-    ex.saved.clear()
-    for t in feeds[0][0] if b > 0 else []:  # received inputs stay until the chunk's backward
-        saved[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
-    rows = bounds[1]
-    params = [p for p in block.parameters() if p.grad is not None]
-    step_s = 0.0
-    if params:
-        opt = torch.optim.Adam(params, lr=1e-3)
-        step_s = _median_times(lambda: _timed(opt.step), warmup, repeats)[0]
-    param_bytes = sum(p.numel() * p.element_size() for p in block.parameters())
-    buffers = sum(t.numel() * t.element_size() for buf in ex.buffers.values()
-                  for t in (buf.H, buf.dZ, buf.snap) if t is not None)
-    floor = 1e-12
-    return BlockCost(
-        index=b, name=type(block).__name__, aggregates=block.aggregates, out_dim=block.out_dim,
-        forward_s=max(fwd_big - fwd_one, floor * rows) / (rows - 1),
-        backward_s=max(bwd_big - bwd_one, floor * rows) / (rows - 1),
-        forward_fixed_s=max(fwd_one, floor), backward_fixed_s=max(bwd_one, floor),
-        step_s=step_s, activation_bytes=sum(saved.values()) / rows,
-        buffer_bytes=buffers / ordered.num_nodes, param_bytes=param_bytes,
-        optimizer_bytes=2 * param_bytes)
+    def kept_bytes(self) -> int:
+        """Bytes a sample chunk keeps from forward to backward: tensors autograd saves, plus
+        the received inputs (the executor holds them)."""
+        saved: dict[tuple, int] = {}
+
+        def pack(t: Tensor) -> Tensor:
+            saved[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            self.ex.forward(0, *self.feeds[0])
+        self.ex.saved.clear()
+        for t in self.feeds[0][0] if self.b > 0 else []:
+            saved[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
+        return sum(saved.values())
+
+    def cost(self, samples: list[tuple[float, ...]], num_nodes: int) -> BlockCost:
+        fwd, bwd, fwd_one, bwd_one, step = (statistics.median(col) for col in zip(*samples))
+        rows, floor = self.bounds[1], 1e-12
+        param_bytes = sum(p.numel() * p.element_size() for p in self.block.parameters())
+        buffers = sum(t.numel() * t.element_size() for buf in self.ex.buffers.values()
+                      for t in (buf.H, buf.dZ, buf.snap) if t is not None)
+        return BlockCost(
+            index=self.b, name=type(self.block).__name__, aggregates=self.block.aggregates,
+            out_dim=self.block.out_dim,
+            forward_s=max(fwd - fwd_one, floor * rows) / (rows - 1),
+            backward_s=max(bwd - bwd_one, floor * rows) / (rows - 1),
+            forward_fixed_s=max(fwd_one, floor), backward_fixed_s=max(bwd_one, floor),
+            step_s=step, activation_bytes=self.kept_bytes() / rows,
+            buffer_bytes=buffers / num_nodes, param_bytes=param_bytes,
+            optimizer_bytes=2 * param_bytes)
 
 
-def _timed(fn) -> tuple[float]:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0,)
-
-
-def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, warmup: int = 2,
-                  repeats: int = 5, seed: int = 0, threads: int | None = 1) -> Profile:
+def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, warmup: int = 1,
+                  repeats: int = 6, passes: int = 3, seed: int = 0,
+                  threads: int | None = 1) -> Profile:
     """Time every block alone on one sample chunk of the real graph, forward and backward apart.
 
     Each block runs in its own :class:`~gnnpipe.engine.chunked.StageExecutor` (on a copy of the
     model, so its weights stay untouched) on chunk 0 of ``gp.chunk(data, chunks)`` and on a
     one-row chunk; the difference gives seconds per row, the one-row chunk the per-op overhead.
-    Times are medians of ``repeats`` runs after ``warmup``; ``threads`` torch threads are used
-    while profiling (the Dask ranks use one).
+    Each time is the median of ``repeats`` runs, taken in ``passes`` rounds over all blocks (so a
+    burst of load elsewhere does not land on one block only), each round after ``warmup`` runs.
+    ``threads`` torch threads are used while profiling (the Dask ranks use one).
     """
     datasets.validate(data)
     _check_model(model, data)
     n = data.num_nodes
     if n < 3:
         raise ValueError(f"data: profiling needs at least 3 nodes, got {n}")
+    for name, value in (("repeats", repeats), ("passes", passes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
     parts = make_chunks(data, max(1, min(chunks, n // 2)), seed=seed)
     ordered = parts.apply(data)
     adj = normalized_adjacency(ordered.edge_index, n, model.norm)
@@ -232,16 +227,26 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, warmup: int
     bounds = [0, rows, rows + 1] + ([n] if rows + 1 < n else [])
     work = copy.deepcopy(model)
     work.train()
+    passes = min(passes, repeats)
+    per_pass = math.ceil(repeats / passes)
+    samples: list[list[tuple[float, ...]]] = [[] for _ in work.blocks]
+    costs: list[BlockCost] = []
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        costs = tuple(_profile_block(work, b, ordered, adj, bounds, warmup, repeats)
-                      for b in range(len(work)))
+        for p in range(passes):
+            for b in range(len(work)):
+                bench = _BlockBench(work, b, ordered, adj, bounds)
+                for _ in range(warmup):
+                    bench.sample()
+                samples[b] += [bench.sample() for _ in range(per_pass)]
+                if p == passes - 1:
+                    costs.append(bench.cost(samples[b], n))
     finally:
         torch.set_num_threads(before)
     cuts = tuple(sum(model.boundary_widths(j)) * BYTES_PER_VALUE for j in range(1, len(model)))
-    return Profile(costs, n, rows, cuts)
+    return Profile(tuple(costs), n, rows, cuts)
 
 
 def _check_model(model: LayerStack, data: Data) -> None:
@@ -263,19 +268,31 @@ def _stage_time(prefix: list[float], boundary: Sequence[float], i: int, j: int) 
     return t
 
 
-def _bottleneck_dp(costs: Sequence[float], boundary: Sequence[float], stages: int,
-                   fits) -> list[list[float]]:
-    """``best[k][j]``: the smallest bottleneck of blocks ``[0, j)`` in ``k`` stages."""
+def _dp(costs: Sequence[float], boundary: Sequence[float], stages: int, fits,
+        bound: float | None = None) -> tuple[float, list[tuple[int, int]]]:
+    """The split with the smallest bottleneck or, given ``bound``, the smallest total time among
+    splits whose stages all take at most ``bound``; ``(inf, [])`` when no split fits."""
     n = len(costs)
     prefix = [0.0, *itertools.accumulate(float(c) for c in costs)]
-    best = [[math.inf] * (n + 1) for _ in range(stages + 1)]
-    best[0][0] = 0.0
+    value = [[math.inf] * (n + 1) for _ in range(stages + 1)]
+    back = [[-1] * (n + 1) for _ in range(stages + 1)]
+    value[0][0] = 0.0
     for k in range(1, stages + 1):
         for j in range(k, n + 1):
-            best[k][j] = min((max(best[k - 1][i], _stage_time(prefix, boundary, i, j))
-                              for i in range(k - 1, j) if best[k - 1][i] < math.inf and fits(i, j)),
-                             default=math.inf)
-    return best
+            for i in range(k - 1, j):
+                t = _stage_time(prefix, boundary, i, j)
+                if value[k - 1][i] == math.inf or not fits(i, j) or (bound is not None and t > bound):
+                    continue
+                v = value[k - 1][i] + t if bound is not None else max(value[k - 1][i], t)
+                if v < value[k][j]:
+                    value[k][j], back[k][j] = v, i
+    if value[stages][n] == math.inf:
+        return math.inf, []
+    ranges, j = [], n
+    for k in range(stages, 0, -1):
+        ranges.append((back[k][j], j))
+        j = back[k][j]
+    return value[stages][n], ranges[::-1]
 
 
 def split_stages(costs: Sequence[float], memory: Sequence[float], boundary_costs: Sequence[float],
@@ -307,30 +324,13 @@ def split_stages(costs: Sequence[float], memory: Sequence[float], boundary_costs
     def fits(i: int, j: int) -> bool:
         return memory_limit is None or mem[j] - mem[i] <= memory_limit
 
-    best = _bottleneck_dp(costs, boundary_costs, stages, fits)
-    if best[stages][n] == math.inf:
-        least = _bottleneck_dp(memory, [0.0] * (n - 1), stages, lambda i, j: True)[stages][n]
-        least = int(math.ceil(least))
+    neck, _ = _dp(costs, boundary_costs, stages, fits)
+    if neck == math.inf:
+        least = math.ceil(_dp(memory, [0.0] * (n - 1), stages, lambda i, j: True)[0])
         raise ValueError(f"memory_limit: {format_bytes(memory_limit)} ({int(memory_limit):,} bytes) "
                          f"is too small for {stages} stages; the smallest memory limit that fits "
                          f"is {format_bytes(least)} ({least:,} bytes)")
-    bound = best[stages][n] * (1 + 1e-9) + 1e-300
-    prefix = [0.0, *itertools.accumulate(float(c) for c in costs)]
-    total = [[math.inf] * (n + 1) for _ in range(stages + 1)]
-    back = [[-1] * (n + 1) for _ in range(stages + 1)]
-    total[0][0] = 0.0
-    for k in range(1, stages + 1):
-        for j in range(k, n + 1):
-            for i in range(k - 1, j):
-                t = _stage_time(prefix, boundary_costs, i, j)
-                if total[k - 1][i] < math.inf and t <= bound and fits(i, j) \
-                        and total[k - 1][i] + t < total[k][j]:
-                    total[k][j], back[k][j] = total[k - 1][i] + t, i
-    ranges, j = [], n
-    for k in range(stages, 0, -1):
-        ranges.append((back[k][j], j))
-        j = back[k][j]
-    return ranges[::-1]
+    return _dp(costs, boundary_costs, stages, fits, bound=neck * (1 + 1e-9))[1]
 
 
 # --------------------------------------------------------------------------- plans
@@ -343,6 +343,12 @@ def chunk_candidates(stages: int, num_nodes: int, limit: int = MAX_CHUNKS) -> li
     return sorted(found) or [min(stages, num_nodes)]
 
 
+def _transfers(profile: Profile, chunks: int, bandwidth: float, latency: float) -> list[float]:
+    """Seconds per epoch to move every row across each possible cut, forward and backward."""
+    n = profile.num_nodes
+    return [2 * (n * w / bandwidth + chunks * latency) for w in profile.boundary_bytes]
+
+
 def _stage_costs(profile: Profile, ranges: Sequence[tuple[int, int]], chunks: int,
                  bandwidth: float, latency: float) -> tuple[dict, float, list[float]]:
     """Simulator costs per (kind, stage), the per-chunk transfer delay and epoch busy seconds."""
@@ -353,12 +359,12 @@ def _stage_costs(profile: Profile, ranges: Sequence[tuple[int, int]], chunks: in
         costs["backward", s] = sum(n * c.backward_s / chunks + c.backward_fixed_s for c in blocks)
         costs["step", s] = sum(c.step_s for c in blocks)
         busy.append(sum(c.seconds(n, chunks) for c in blocks))
+    transfers = _transfers(profile, chunks, bandwidth, latency)
+    for s, (a, _) in enumerate(ranges[1:]):  # both stages beside a cut pay for its transfers
+        busy[s] += transfers[a - 1]
+        busy[s + 1] += transfers[a - 1]
     cuts = [profile.boundary_bytes[a - 1] for a, _ in ranges[1:]]
     delay = max((n / chunks * w / bandwidth + latency for w in cuts), default=0.0)
-    for s in range(len(ranges) - 1):  # a cut's transfers, forward and backward, on both sides
-        seconds = 2 * (n * cuts[s] / bandwidth + chunks * latency)
-        busy[s] += seconds
-        busy[s + 1] += seconds
     return costs, delay, busy
 
 
@@ -425,10 +431,10 @@ class Plan:
         return head + "\n" + self.table().to_string(float_format=lambda v: f"{v:.4g}")
 
 
-def plan(model: LayerStack, data: Data, workers: int, memory_limit: int | float | str | None = None,
+def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str | None = None,
          bandwidth: float | str | None = None, *, chunks: int | Sequence[int] | None = None,
          profile: Profile | None = None, latency: float = DEFAULT_LATENCY, seed: int = 0,
-         repeats: int = 5) -> Plan:
+         repeats: int = 6) -> Plan:
     """Choose stage boundaries and the chunk count for a ``workers``-stage pipeline.
 
     Profiles ``model`` on ``data`` (unless ``profile`` is given), then for every candidate chunk
@@ -455,13 +461,11 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: int | float 
     limit = None if memory_limit is None else parse_bytes(memory_limit, "memory_limit")
     bw = _bandwidth(bandwidth)
     n = data.num_nodes
-    if chunks is None:
-        counts = chunk_candidates(workers, n)
-    else:
-        counts = [chunks] if isinstance(chunks, int) else list(chunks)
-        if not counts or any(isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= n
-                             for c in counts):
-            raise ValueError(f"chunks: expected counts from 1 to {n} (the graph's nodes), got {chunks!r}")
+    counts = (chunk_candidates(workers, n) if chunks is None
+              else [chunks] if isinstance(chunks, int) else list(chunks))
+    if not counts or any(isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= n
+                         for c in counts):
+        raise ValueError(f"chunks: expected counts from 1 to {n} (the graph's nodes), got {chunks!r}")
     if profile is None:
         profile = profile_model(model, data, 4 * workers, repeats=repeats, seed=seed)
     elif len(profile.blocks) != len(model) or profile.num_nodes != n:
@@ -469,9 +473,8 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: int | float 
     memory = [b.memory(n) for b in profile.blocks]
     tried = []
     for c in counts:
-        boundary = [2 * (n * w / bw + c * latency) for w in profile.boundary_bytes]
         seconds = [b.seconds(n, c) for b in profile.blocks]
-        ranges = split_stages(seconds, memory, boundary, workers, limit)
+        ranges = split_stages(seconds, memory, _transfers(profile, c, bw, latency), workers, limit)
         timeline = predict(profile, ranges, c, bw, latency)
         tried.append((timeline.makespan(), c, ranges, timeline))
     epoch, best, ranges, timeline = min(tried, key=lambda t: (t[0], t[1]))

@@ -48,7 +48,7 @@ class Cluster:
         """Restart every worker process (frees ranks stuck in a collective after a failure)."""
         self.client.restart(wait_for_workers=False)
         if self._local is not None:
-            self.client.wait_for_workers(len(self._local.workers), timeout=60)
+            self.client.wait_for_workers(len(self._local.workers), timeout=180)
 
     def close(self) -> None:
         self.client.close()

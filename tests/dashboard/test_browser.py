@@ -41,7 +41,18 @@ def browser():
         b.close()
 
 
-def _points(page, at_least: int, timeout: float = 60.0) -> int:
+def _stop(run, cluster) -> None:
+    """Stop the endless run; if it does not stop in time, restart the workers so later tests
+    get a free cluster."""
+    run.stop()
+    try:
+        run.wait(timeout=120)
+    except TimeoutError:
+        cluster.restart()
+        raise
+
+
+def _points(page, at_least: int, timeout: float = 120.0) -> int:
     deadline = time.monotonic() + timeout
     n = 0
     while time.monotonic() < deadline:
@@ -60,10 +71,10 @@ def test_live_dashboard_in_chromium(cluster, small_graph, browser, tmp_path):
     try:
         assert url.startswith("http://127.0.0.1:")
         page = browser.new_page(viewport={"width": 1400, "height": 2400})
-        page.goto(url, wait_until="networkidle")
+        page.goto(url, wait_until="networkidle", timeout=120_000)
         for view in VIEWS:
-            page.get_by_text(view, exact=True).first.wait_for(timeout=30_000)
-        page.wait_for_selector(".bk-Canvas, canvas", timeout=30_000)
+            page.get_by_text(view, exact=True).first.wait_for(timeout=90_000)
+        page.wait_for_selector(".bk-Canvas, canvas", timeout=90_000)
         first = _points(page, at_least=2)
         assert first >= 2, "the training curve never showed two epochs"
         second = _points(page, at_least=first + 2)
@@ -74,9 +85,8 @@ def test_live_dashboard_in_chromium(cluster, small_graph, browser, tmp_path):
         page.screenshot(path=str(shots / "dashboard_live.png"), full_page=True)
         assert (shots / "dashboard_live.png").stat().st_size > 10_000
     finally:
-        run.stop()
-        run.wait(timeout=60)
         server.stop()
+        _stop(run, cluster)
     assert run.done and len(run.history) >= second
 
 
@@ -84,8 +94,8 @@ def test_explorer_alone_in_chromium(browser):
     server, url = Dashboard(None).serve()
     try:
         page = browser.new_page()
-        page.goto(url, wait_until="networkidle")
-        page.get_by_text("Schedule explorer").first.wait_for(timeout=30_000)
+        page.goto(url, wait_until="networkidle", timeout=120_000)
+        page.get_by_text("Schedule explorer").first.wait_for(timeout=90_000)
         assert page.locator("canvas").count() >= 1
     finally:
         server.stop()

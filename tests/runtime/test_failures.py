@@ -44,8 +44,8 @@ def test_a_rank_that_raises_fails_the_run_naming_it(cluster, small_graph):
     started = time.monotonic()
     with pytest.raises(RankFailure, match=r"rank 1 failed: FloatingPointError: injected failure"):
         gp.train(_model(small_graph, explode_at=2), small_graph, "pipeline", stages=2, chunks=4,
-                 epochs=50, cluster=cluster, timeout=60, progress=False)
-    assert time.monotonic() - started < 45  # well before the 60 s collective timeout
+                 epochs=50, cluster=cluster, timeout=300, progress=False)
+    assert time.monotonic() - started < 150  # found by the monitor, not the 300 s timeout
     ok = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
                   cluster=cluster, progress=False)
     assert len(ok.history) == 2
@@ -53,8 +53,8 @@ def test_a_rank_that_raises_fails_the_run_naming_it(cluster, small_graph):
 
 def test_killing_a_worker_fails_fast_and_the_cluster_recovers(cluster, small_graph):
     run = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=100_000,
-                   cluster=cluster, timeout=60, background=True, progress=False)
-    deadline = time.monotonic() + 60
+                   cluster=cluster, timeout=300, background=True, progress=False)
+    deadline = time.monotonic() + 120
     while len(run.history) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(run.history) >= 2 and not run.done
@@ -63,9 +63,9 @@ def test_killing_a_worker_fails_fast_and_the_cluster_recovers(cluster, small_gra
     killed = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(RankFailure, match=r"rank 1 failed: its worker process died"):
-        run.wait(timeout=60)
-    assert time.monotonic() - killed < 30
-    cluster.client.wait_for_workers(4, timeout=60)
+        run.wait(timeout=200)
+    assert time.monotonic() - killed < 150  # found by the monitor, not the 300 s timeout
+    cluster.client.wait_for_workers(4, timeout=120)
     again = gp.train(_model(small_graph), small_graph, "graph", parts=4, epochs=2, cluster=cluster,
                      progress=False)
     assert len(again.history) == 2
@@ -75,13 +75,17 @@ def test_background_run_is_live_and_stops_together(cluster, small_graph):
     run = gp.train(_model(small_graph), small_graph, "hybrid", stages=2, ways=2, chunks=4,
                    epochs=100_000, cluster=cluster, background=True, progress=False)
     assert not run.done
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while len(run.history) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
     first_look = len(run.history)
     assert first_look >= 3
     run.stop()
-    run.wait(timeout=60)
+    try:
+        run.wait(timeout=120)
+    except TimeoutError:
+        cluster.restart()  # free the workers for the tests after this one
+        raise
     assert run.done
     epochs = run.history["epoch"].tolist()
     assert epochs == list(range(len(epochs))) and len(epochs) < 100_000
