@@ -75,8 +75,8 @@ def test_live_dashboard_in_chromium(cluster, small_graph, browser, tmp_path):
         for view in VIEWS:
             page.get_by_text(view, exact=True).first.wait_for(timeout=90_000)
         page.wait_for_selector(".bk-Canvas, canvas", timeout=90_000)
-        first = _points(page, at_least=2)
-        assert first >= 2, "the training curve never showed two epochs"
+        first = _points(page, at_least=1)
+        assert first >= 1, "the training curve never showed an epoch"
         second = _points(page, at_least=first + 2)
         assert second > first, f"the curve did not grow: {first} -> {second} points"
         assert page.locator("canvas").count() >= 6  # every view drew its plots
