@@ -53,7 +53,9 @@ RATIOS = [("| graph | model | n | M (4-way halo rows) | pipeline MB | graph MB |
           "| formula L·M/((S−1)·n) |"), "|---|---|---:|---:|---:|---:|---:|---:|"]
 NOTE = ("Epoch time: training only (forward, backward, step) of the slowest rank; the per-epoch "
         "full-graph evaluation is excluded. All ranks share 2 cores, so with 2 ranks the ideal is "
-        "0.5 × single, and 4 ranks can do no better.")
+        "0.5 × single, and 4 ranks can do no better. On a shared machine other jobs' load moves "
+        "these times by 2–4× between runs (the children run first, the Dask runs later), so read "
+        "the ratios as rough; bytes and memory do not depend on the load.")
 
 
 def graph(nodes: int, homophily: float = 0.8) -> Any:

@@ -154,7 +154,11 @@ def markdown(result: dict[str, Any], env: dict[str, Any], args: argparse.Namespa
               "",
               ("Error is (predicted − measured) / measured. Busy = forward + backward op seconds "
                "per epoch (median). The fastest epoch is the least-contended one; the median is "
-               "the headline. The machine is shared: compare ratios, not absolute seconds."),
+               "the headline. The profile counts CPU seconds (what each op costs on a core of its "
+               "own); measured epochs are wall-clock seconds, which other processes on a shared "
+               "machine stretch. With the kernel's autogroup scheduling on "
+               f"(`sched_autogroup_enabled` = {env.get('autogroup', 'n/a')}), CPU is shared per "
+               "session, so the run's 2 worker processes split one session's share."),
               ]
     return "\n".join(lines) + "\n"
 
@@ -166,6 +170,8 @@ def environment() -> dict[str, Any]:
                 if ln.startswith("model name")), platform.processor())
     return {"torch": torch.__version__, "python": platform.python_version(), "cpu": cpu,
             "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
+            "autogroup": Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
+            if Path("/proc/sys/kernel/sched_autogroup_enabled").exists() else "n/a",
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -178,7 +184,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="runs of each split, alternating")
     ap.add_argument("--quick", action="store_true", help="tiny smoke test; writes nothing")
     ap.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
+    ap.add_argument("--render", type=Path, help="rewrite the markdown of a planner.json; no runs")
     args = ap.parse_args()
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        for key in ("nodes", "features", "layers", "epochs", "rounds"):
+            setattr(args, key, int(saved["args"][key]))
+        text = markdown(saved, saved["env"], args)
+        args.render.with_suffix(".md").write_text(text)
+        print(text)
+        return
     import torch
 
     torch.set_num_threads(1)

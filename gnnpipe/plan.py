@@ -152,20 +152,24 @@ class _BlockBench:
         self.opt = torch.optim.Adam(params, lr=1e-3) if params else None
 
     def sample(self) -> tuple[float, ...]:
-        """Seconds: forward and backward of the sample chunk, of the one-row chunk, Adam step."""
+        """CPU seconds: forward and backward of the sample chunk, of the one-row chunk, Adam step.
+
+        CPU time of this thread (of the process when torch runs several threads), so that other
+        processes competing for the cores do not inflate the profile."""
+        clock = time.thread_time if torch.get_num_threads() == 1 else time.process_time
         times = []
         for c, (inputs, target) in enumerate(self.feeds):
-            t0 = time.perf_counter()
+            t0 = clock()
             outs = self.ex.forward(c, inputs, target)
-            t1 = time.perf_counter()
+            t1 = clock()
             grads = None if self.ex.is_last else [torch.ones_like(o) for o in outs]
-            t2 = time.perf_counter()
+            t2 = clock()
             self.ex.backward(c, grads)
-            times += [t1 - t0, time.perf_counter() - t2]
-        t0 = time.perf_counter()
+            times += [t1 - t0, clock() - t2]
+        t0 = clock()
         if self.opt is not None:
             self.opt.step()
-        return (*times, time.perf_counter() - t0)
+        return (*times, clock() - t0)
 
     def kept_bytes(self) -> int:
         """Bytes a sample chunk keeps from forward to backward: tensors autograd saves, plus
@@ -208,9 +212,10 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, warmup: int
     Each block runs in its own :class:`~gnnpipe.engine.chunked.StageExecutor` (on a copy of the
     model, so its weights stay untouched) on chunk 0 of ``gp.chunk(data, chunks)`` and on a
     one-row chunk; the difference gives seconds per row, the one-row chunk the per-op overhead.
-    Each time is the median of ``repeats`` runs, taken in ``passes`` rounds over all blocks (so a
-    burst of load elsewhere does not land on one block only), each round after ``warmup`` runs.
-    ``threads`` torch threads are used while profiling (the Dask ranks use one).
+    Times are CPU seconds (what an op costs on a core of its own, however busy the machine), each
+    the median of ``repeats`` runs taken in ``passes`` rounds over all blocks (so a burst of load
+    does not land on one block only), each round after ``warmup`` runs. ``threads`` torch
+    threads are used while profiling (the Dask ranks use one).
     """
     datasets.validate(data)
     _check_model(model, data)
