@@ -128,7 +128,8 @@ def summarize(results: list[dict[str, Any]]) -> Any:
     for name in MODELS:
         for config in CONFIGS:
             rs = [r for r in results if (r["model"], r["config"]) == (name, config)]
-            rows.append({"model": name, "config": config,
+            cpu = [t for r in rs for t in r["cpu_epoch_times"][SKIP:]]
+            rows.append({"model": name, "config": config, "cpu_spread": max(cpu) / min(cpu),
                          "median_epoch_s": statistics.median(t for r in rs
                                                              for t in r["epoch_times"][SKIP:]),
                          "median_cpu_s": statistics.median(t for r in rs
@@ -162,7 +163,11 @@ def markdown(df: Any, env: dict[str, Any], args: argparse.Namespace) -> str:
                    "same training step (1 thread, so it does not count time waiting for a core on "
                    "the shared machine). Increment = `ru_maxrss` minus RSS right "
                    "before `gp.train` (includes chunking/METIS and the adjacency). Local buffers = "
-                   "3 × (sum of aggregation widths) × n × 4 bytes (`Hbuf`, snapshot, `dZbuf`)."), ""]
+                   "3 × (sum of aggregation widths) × n × 4 bytes (`Hbuf`, snapshot, `dZbuf`)."),
+              "", (f"Noise: the timed CPU times of one configuration differ by up to "
+                   f"{df.cpu_spread.max():.1f}× between its samples (load {env['loadavg_start'][0]:.0f}"
+                   " on 2 cores), so read the time ratios as rough (±50%); memory is the firm "
+                   "result."), ""]
     for r in df[df.config != "single"].itertuples():
         slow = (f"{r.ratio_time:.2f}× single's epoch time (CPU {r.ratio_cpu:.2f}×)"
                 if r.ratio_time >= 1 else

@@ -43,6 +43,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+import gnnpipe as gp
+
 MODELS, HIDDEN, WARMUP, RANKS = ("gcn", "gcnii"), 64, 2, (2, 4)
 PAPER_GEOMEAN = 8.69  # GNNPipe paper: communication volume down 8.69x (geometric mean)
 MB = 2**20
@@ -51,24 +55,18 @@ TIMES = [("| model | ranks | mode | median epoch s | × single | bytes/epoch mea
 RATIOS = [("| graph | model | n | M (4-way halo rows) | pipeline MB | graph MB | ratio "
           "| formula L·M/((S−1)·n) |"), "|---|---|---:|---:|---:|---:|---:|---:|"]
 NOTE = ("Epoch time: training only (forward, backward, step) of the slowest rank; the per-epoch "
-        "full-graph evaluation is excluded. All ranks share 2 cores, so with 2 ranks the ideal is "
-        "0.5 × single, and 4 ranks can do no better. On a shared machine other jobs' load moves "
-        "these times by 2–4× between runs (the children run first, the Dask runs later), so read "
-        "the ratios as rough; bytes and memory do not depend on the load.")
+        "full-graph evaluation is excluded. All ranks share 2 cores, so with 2 ranks the ideal "
+        "is 0.5 × single, and 4 ranks can do no better. On a shared machine other jobs' load "
+        "moves these times by 2–4× between runs (the children run first, the Dask runs later), "
+        "so read the ratios as rough; bytes and memory do not depend on the load.")
 
 
 def graph(nodes: int, homophily: float = 0.8) -> Any:
-    import gnnpipe as gp
-
     return gp.datasets.synthetic(num_nodes=nodes, avg_degree=10, num_classes=8, num_features=64,
                                  homophily=homophily, seed=0)
 
 
 def build(name: str, data: Any, layers: int) -> Any:
-    import torch
-
-    import gnnpipe as gp
-
     torch.manual_seed(0)
     return gp.models.build(name, data.num_features, gp.datasets.num_classes(data), layers, HIDDEN)
 
@@ -101,10 +99,6 @@ def summarize_run(run: Any, cfg: dict[str, Any], rss: dict[int, int]) -> dict[st
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
     """``single``/``local`` in this fresh process: train, report times and peak RSS."""
-    import torch
-
-    import gnnpipe as gp
-
     torch.set_num_threads(1)
     data = graph(cfg["nodes"])
     run = gp.train(build(cfg["model"], data, cfg["layers"]), data, cfg["mode"],
@@ -123,8 +117,6 @@ def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
     """Part 1: all configurations; children first, then one 4-worker cluster for the rest."""
-    import gnnpipe as gp
-
     pairs = [("single", 1)] + [(m, r) for r in RANKS for m in ("local", "pipeline", "graph")]
     pairs += [("hybrid", 4)]  # (mode, ranks); single has no ranks
     todo = [{"model": m, "mode": mode, "ranks": r, "nodes": args.nodes, "layers": args.layers,
@@ -145,15 +137,13 @@ def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
             results[-1]["run_peak_rss_mb"] = {r: v / MB for r, v in run.peak_rss.items()}
             log(results[-1])
     for r in results:
-        model = build(r["model"], data, r["layers"])
-        r["predicted_bytes"] = gp.comm_volume(model, data, r["mode"], **mode_kwargs(r["mode"], r["ranks"]))
+        r["predicted_bytes"] = gp.comm_volume(build(r["model"], data, r["layers"]), data, r["mode"],
+                                              **mode_kwargs(r["mode"], r["ranks"]))
     return results
 
 
 def ratios(nodes: int, layers: int) -> list[dict[str, Any]]:
     """Part 2: graph ÷ pipeline bytes with 4 ranks, no training."""
-    import gnnpipe as gp
-
     rows, ranks = [], 4
     graphs = {"cora": gp.datasets.load("cora"), f"synthetic h=0.9 ({nodes:,})": graph(nodes, 0.9),
               f"synthetic h=0.5 ({nodes:,})": graph(nodes, 0.5)}
@@ -175,10 +165,10 @@ def markdown(results: list[dict[str, Any]], comm: list[dict[str, Any]], env: dic
     single = {r["model"]: r["median_epoch_s"] for r in results if r["mode"] == "single"}
     order = ("single", "local", "pipeline", "graph", "hybrid")
     results = sorted(results, key=lambda r: (r["model"], r["ranks"], order.index(r["mode"])))
-    head = (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs, shared,"
-            f" load {env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at end) · 1 "
-            f"torch thread per process · median of {args.epochs} epochs after {WARMUP} warm-up · "
-            f"wall {env['wall_s'] / 60:.1f} min")
+    head = (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs, "
+            f"shared, load {env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at "
+            f"end) · 1 torch thread per process · median of {args.epochs} epochs after {WARMUP} "
+            f"warm-up · wall {env['wall_s'] / 60:.1f} min")
     lines = [f"# Modes side by side ({args.nodes:,} nodes, {args.layers} layers, hidden {HIDDEN})",
              "", head, "", *TIMES]
     lines += [f"| {r['model']} | {r['ranks']} | {r['mode']} | {r['median_epoch_s']:.2f} | "
@@ -190,30 +180,28 @@ def markdown(results: list[dict[str, Any]], comm: list[dict[str, Any]], env: dic
             t = {r["mode"]: r["median_epoch_s"] for r in results
                  if r["model"] == m and r["ranks"] in (R, 1)}
             ps, pg = t["pipeline"] / t["single"], t["pipeline"] / t["graph"]
-            worse = [w for w, x in (("single", ps), ("graph", pg)) if x > 1]
+            worse = " and ".join(w for w, x in (("single", ps), ("graph", pg)) if x > 1)
+            verdict = f" — **pipelining does not pay here** (slower than {worse})" * bool(worse)
             lines.append(f"- {m}-{args.layers}, {R} ranks: pipeline/single {ps:.2f} (ideal 0.50), "
-                         f"pipeline/graph {pg:.2f}" + (f" — **pipelining does not pay here** (slower "
-                                                       f"than {' and '.join(worse)})." if worse else "."))
+                         f"pipeline/graph {pg:.2f}{verdict}.")
     lines += ["", f"## Communication ratio graph ÷ pipeline (4 ranks, {args.layers} layers)", "",
               *RATIOS]
     lines += [f"| {c['graph']} | {c['model']} | {c['n']:,} | {c['M']:,} | "
-              f"{c['pipeline_bytes'] / MB:.1f} | {c['graph_bytes'] / MB:.1f} | {c['ratio']:.2f} | "
-              f"{c['formula']:.2f} |" for c in comm]
+              f"{c['pipeline_bytes'] / MB:.1f} | {c['graph_bytes'] / MB:.1f} | "
+              f"{c['ratio']:.2f} | {c['formula']:.2f} |" for c in comm]
     geo = math.exp(statistics.mean(math.log(c["ratio"]) for c in comm))
-    low = [f"{c['graph']} {c['model']}" for c in comm if c["ratio"] < 1]
+    low = ", ".join(f"{c['graph']} {c['model']}" for c in comm if c["ratio"] < 1) or "none"
+    least = min(comm, key=lambda c: c["ratio"])
     lines += ["", (f"Geometric mean of these ratios: {geo:.2f}; the GNNPipe paper reports "
-              f"{PAPER_GEOMEAN} (its datasets, 32 layers, 8 GPUs). GCNII's pipeline also ships `h0`, "
-              "doubling its bytes, so its ratio is about half the formula's."), "",
-              ("Ratio below 1, where pipelining sends more than graph parallelism: "
-               + ", ".join(low) + ".") if low else "No ratio below 1 here.", "",
-              "Closest to 1, where pipelining barely saves bytes: {graph} {model} ({ratio:.2f}).".format(
-                  **min(comm, key=lambda c: c["ratio"]))]
+                   f"{PAPER_GEOMEAN} (its datasets, 32 layers, 8 GPUs). GCNII's pipeline also "
+                   "ships `h0`, doubling its bytes, so its ratio is about half the formula's."), "",
+              (f"Ratio below 1 (pipelining sends more than graph parallelism): {low}. Lowest "
+               f"ratio, where pipelining saves least: {least['graph']} {least['model']} "
+               f"({least['ratio']:.2f}).")]
     return "\n".join(lines) + "\n"
 
 
 def environment() -> dict[str, Any]:
-    import torch
-
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor())
     return {"torch": torch.__version__, "python": platform.python_version(), "cpu": cpu,
@@ -233,8 +221,6 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return
-    import torch
-
     torch.set_num_threads(1)
     if args.quick:
         args.nodes, args.layers, args.epochs = 2_000, 4, 1
@@ -242,9 +228,9 @@ def main() -> None:
     env, start = environment(), time.perf_counter()
 
     def log(r: dict[str, Any]) -> None:
-        print(f"[{time.perf_counter() - start:5.0f}s] {r['model']:5s} {r['mode']:8s} R={r['ranks']} "
-              f"epoch {r['median_epoch_s']:.2f}s  rss {max(r['peak_rss_mb'].values()):.0f} MB",
-              flush=True)
+        print(f"[{time.perf_counter() - start:5.0f}s] {r['model']:5s} {r['mode']:8s} "
+              f"R={r['ranks']} epoch {r['median_epoch_s']:.2f}s  "
+              f"rss {max(r['peak_rss_mb'].values()):.0f} MB", flush=True)
 
     comm = ratios(args.nodes, args.layers)
     results = measure(args, log)

@@ -122,8 +122,8 @@ def markdown(df: Any, env: dict[str, Any], args: argparse.Namespace) -> str:
         lines.append(f"| {r.config} | {r.per_seed} | {r.mean:.3f} ± {r.std:.3f} | {r.best_epoch} "
                      f"| {r.final_loss:.3f} |")
     ref = df.set_index("config")
-    lines += ["", "Test accuracy is taken at the epoch of best validation accuracy (exact "
-              "full-graph evaluation). std is the sample standard deviation over seeds.", ""]
+    lines += ["", ("Test accuracy is taken at the epoch of best validation accuracy (exact "
+                   "full-graph evaluation). std is the sample standard deviation over seeds."), ""]
     if {"all", "single"} <= set(ref.index):
         gap = ref.loc["all", "mean"] - ref.loc["single", "mean"]
         lines.append(f"- all techniques vs exact `single`: {gap:+.3f} mean test accuracy.")

@@ -103,7 +103,24 @@ class EpochReporter:
         return self.comm.broadcast_flag(stop)
 
 
+def _reset_peak_rss() -> None:
+    """Start this rank's peak-memory count afresh (workers are reused across runs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not Linux, or not permitted: the peak then covers the worker's lifetime
+        pass
+
+
 def _peak_rss() -> int:
+    """Peak resident memory in bytes since :func:`_reset_peak_rss` (Linux ``VmHWM``)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -115,6 +132,7 @@ def run_rank(spec: JobSpec, rank: int, init_method: str) -> RankResult:
     program: Callable[[JobSpec, Comm, EpochReporter], dict[str, torch.Tensor]] = getattr(
         module, f"{spec.mode}_rank")
     torch.set_num_threads(spec.threads)
+    _reset_peak_rss()
     dist.init_process_group(spec.backend, init_method=init_method, rank=rank,
                             world_size=spec.world, timeout=timedelta(seconds=spec.timeout))
     try:
