@@ -24,12 +24,18 @@ Run (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
+import math
 import os
 import platform
+import socket
 import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +57,51 @@ def build(features: int, layers: int) -> Any:
 
     torch.manual_seed(0)
     return gp.models.gcnii(features, hidden=HIDDEN, out_dim=CLASSES, layers=layers)
+
+
+@contextlib.contextmanager
+def session_workers(n: int) -> Iterator[str]:
+    """A ``dask scheduler`` and ``n`` ``dask worker`` processes, each in a session of its own.
+
+    Where the kernel shares CPU per session (``sched_autogroup_enabled``), a ``LocalCluster``'s
+    workers split one session's share; here each rank gets a share of its own, as ranks on
+    separate hosts would. Every process started here is stopped on exit.
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    dask = str(Path(sys.executable).with_name("dask"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True,
+             "env": env}
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--dashboard-address", "127.0.0.1:0"], **quiet)]
+    try:
+        procs += [subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--nworkers", "1",
+                                    "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"],
+                                   **quiet) for _ in range(n)]
+        yield address
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in reversed(procs):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def core_share(seconds: float = 0.5) -> float:
+    """Fraction of a core a one-thread matmul loop gets right now (1.0 on an idle machine)."""
+    import torch
+
+    a = torch.randn(256, 256)
+    wall, cpu = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - wall < seconds:
+        a @ a
+    return (time.thread_time() - cpu) / (time.perf_counter() - wall)
 
 
 def busy_per_rank(timeline: Any, epochs: list[int]) -> list[float]:
@@ -82,10 +133,13 @@ def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
                            .tolist()}
     runs = []
     timed = list(range(WARMUP, WARMUP + args.epochs))
-    with gp.Cluster(n_workers=WORKERS) as cluster:
+    sessions = session_workers(WORKERS) if args.sessions else contextlib.nullcontext(None)
+    with sessions as address, gp.Cluster(n_workers=WORKERS, address=address) as cluster:
+        cluster.client.wait_for_workers(WORKERS, timeout=120)
         for rnd in range(args.rounds):
             order = ("uniform", "planned") if rnd % 2 == 0 else ("planned", "uniform")
             for name in order:
+                share = core_share()
                 run = gp.train(build(args.features, args.layers), data, "pipeline",
                                stages=WORKERS, chunks=plan.chunks,
                                plan=plan if name == "planned" else None,
@@ -96,9 +150,10 @@ def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
                 runs.append({"split": name, "round": rnd, "epoch_times": times,
                              "median_epoch_s": statistics.median(times),
                              "busy_s": busy_per_rank(run.timeline, timed),
-                             "loadavg": os.getloadavg()[0]})
+                             "loadavg": os.getloadavg()[0], "core_share": share})
                 log(f"round {rnd} {name:8s} median epoch {runs[-1]['median_epoch_s']:.3f}s "
-                    f"(predicted {predicted[name]['epoch_s']:.3f}s), load {runs[-1]['loadavg']:.1f}")
+                    f"(predicted {predicted[name]['epoch_s']:.3f}s), load {runs[-1]['loadavg']:.1f}, "
+                    f"core share {share:.2f}")
     summary = {}
     for name, ranges in splits.items():
         mine = [r for r in runs if r["split"] == name]
@@ -132,7 +187,7 @@ def markdown(result: dict[str, Any], env: dict[str, Any], args: argparse.Namespa
               "fastest epoch s | error vs fastest | busy s/rank predicted | busy s/rank measured |"),
              "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for name, r in s.items():
-        lines.append(f"| {name} | {r['ranges']} | {r['predicted_epoch_s']:.3f} | "
+        lines.append(f"| {name} | {[tuple(x) for x in r['ranges']]} | {r['predicted_epoch_s']:.3f} | "
                      f"{r['measured_epoch_s']:.3f} | {r['error']:+.1%} | {r['min_epoch_s']:.3f} | "
                      f"{r['error_vs_min']:+.1%} | "
                      f"{', '.join(f'{b:.3f}' for b in r['predicted_busy_s'])} | "
@@ -140,10 +195,12 @@ def markdown(result: dict[str, Any], env: dict[str, Any], args: argparse.Namespa
     speedup = s["uniform"]["measured_epoch_s"] / s["planned"]["measured_epoch_s"]
     worst = max(abs(r["error"]) for r in s.values())
     per_run = "; ".join(f"{r['split']} r{r['round']} {r['median_epoch_s']:.3f} "
-                        f"(load {r['loadavg']:.1f})" for r in result["runs"])
+                        f"(load {r['loadavg']:.1f}, core share {r.get('core_share', math.nan):.2f})"
+                        for r in result["runs"])
     verdict_speed = "target met" if speedup > 1 else "**target missed**"
     verdict_error = "target met" if worst < TARGET_ERROR else "**target missed**"
-    lines += ["", f"Median epoch of each run (s): {per_run}", "",
+    lines += ["", ("Median epoch of each run (s; load average and the share of a core a one-thread "
+                   f"loop got just before the run): {per_run}"), "",
               (f"- Planned split measured {speedup:.2f}× as fast as uniform (medians; "
                f"{verdict_speed}: planned below uniform)."),
               (f"- Largest |predicted − measured median| / measured: {worst:.1%} ({verdict_error}: "
@@ -182,6 +239,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=LAYERS)
     ap.add_argument("--epochs", type=int, default=4, help="timed epochs per run")
     ap.add_argument("--rounds", type=int, default=2, help="runs of each split, alternating")
+    ap.add_argument("--sessions", action="store_true",
+                    help="workers in sessions of their own (dask scheduler + dask worker) instead "
+                         "of a LocalCluster")
     ap.add_argument("--quick", action="store_true", help="tiny smoke test; writes nothing")
     ap.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
     ap.add_argument("--render", type=Path, help="rewrite the markdown of a planner.json; no runs")

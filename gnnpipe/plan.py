@@ -9,7 +9,7 @@ import numbers
 import re
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -19,7 +19,7 @@ from torch_geometric.data import Data
 
 from gnnpipe import datasets
 from gnnpipe.engine.chunked import StageExecutor, Techniques
-from gnnpipe.engine.graph import normalized_adjacency
+from gnnpipe.engine.graph import Adjacency, normalized_adjacency
 from gnnpipe.events import Timeline
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk as make_chunks
@@ -35,6 +35,7 @@ MAX_CHUNKS = 64
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
           "tib": 2**40}
+Fits = Callable[[int, int], bool]
 
 
 # --------------------------------------------------------------------------- units
@@ -74,11 +75,12 @@ def _bandwidth(value: float | str | None) -> float:
 # --------------------------------------------------------------------------- profiler
 @dataclass(frozen=True)
 class BlockCost:
-    """Measured costs of one block: seconds per row and per chunk op, bytes per row and in all.
+    """Measured costs of one block.
 
-    ``*_s`` are seconds per chunk row, ``*_fixed_s`` seconds per chunk op regardless of its rows
-    (a one-row chunk), ``step_s`` one Adam step; ``activation_bytes`` are kept per row from a
-    chunk's forward to its backward, ``buffer_bytes`` per graph row (``Hbuf``, snapshot, ``dZbuf``).
+    ``forward_s``/``backward_s`` are seconds per chunk row, ``*_fixed_s`` seconds per chunk op
+    whatever its rows (a one-row chunk), ``step_s`` one Adam step; ``activation_bytes`` are kept
+    per row from a chunk's forward to its backward, ``buffer_bytes`` held per graph row (``Hbuf``,
+    snapshot, ``dZbuf``); Adam's state (``optimizer_bytes``) is twice ``param_bytes``.
     """
 
     index: int
@@ -123,39 +125,41 @@ class Profile:
         return sum(b.forward_fixed_s + b.backward_fixed_s for b in self.blocks)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per block, with per-epoch seconds and bytes at this graph's size."""
+        """One row per block, with per-epoch seconds (one chunk) and bytes at this graph's size."""
         frame = pd.DataFrame([b.__dict__ for b in self.blocks]).set_index("index")
         frame["epoch_s"] = [b.seconds(self.num_nodes, 1) for b in self.blocks]
         frame["memory"] = [b.memory(self.num_nodes) for b in self.blocks]
         return frame
 
 
+def _nbytes(tensors: dict[tuple, int], t: Tensor) -> Tensor:
+    tensors[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
+    return t
+
+
 class _BlockBench:
     """One block alone in its own executor, fed a sample chunk (0) and a one-row chunk (1)."""
 
-    def __init__(self, model: LayerStack, b: int, ordered: Data, adj, bounds: list[int]) -> None:
+    def __init__(self, model: LayerStack, b: int, ordered: Data, adj: Adjacency,
+                 bounds: list[int]) -> None:
         self.b, self.bounds, self.block = b, bounds, model.blocks[b]
         self.ex = ex = StageExecutor(model, b, b + 1, adj, bounds, Techniques(), seed=0,
                                      input_grad=b > 0)
         ex.begin_epoch(0)
-        widths = [model.in_dim] if b == 0 else model.boundary_widths(b)
+        widths = model.boundary_widths(b) if b > 0 else []
         num_train = max(int(ordered.train_mask.sum()), 1)
         gen = torch.Generator().manual_seed(b)
         self.feeds = []
-        for c in (0, 1):
-            lo, hi = bounds[c], bounds[c + 1]
-            inputs = ([ordered.x[lo:hi]] if b == 0
-                      else [torch.randn(hi - lo, w, generator=gen) for w in widths])
+        for lo, hi in itertools.pairwise(bounds[:3]):
+            inputs = [torch.randn(hi - lo, w, generator=gen) for w in widths] or [ordered.x[lo:hi]]
             target = (ordered.y[lo:hi], ordered.train_mask[lo:hi], num_train) if ex.is_last else None
             self.feeds.append((inputs, target))
         params = list(self.block.parameters())
         self.opt = torch.optim.Adam(params, lr=1e-3) if params else None
 
     def sample(self) -> tuple[float, ...]:
-        """CPU seconds: forward and backward of the sample chunk, of the one-row chunk, Adam step.
-
-        CPU time of this thread (of the process when torch runs several threads), so that other
-        processes competing for the cores do not inflate the profile."""
+        """CPU seconds (of this thread, or of the process when torch runs several): forward and
+        backward of the sample chunk, of the one-row chunk, and an Adam step."""
         clock = time.thread_time if torch.get_num_threads() == 1 else time.process_time
         times = []
         for c, (inputs, target) in enumerate(self.feeds):
@@ -171,37 +175,27 @@ class _BlockBench:
             self.opt.step()
         return (*times, clock() - t0)
 
-    def kept_bytes(self) -> int:
-        """Bytes a sample chunk keeps from forward to backward: tensors autograd saves, plus
-        the received inputs (the executor holds them)."""
-        saved: dict[tuple, int] = {}
-
-        def pack(t: Tensor) -> Tensor:
-            saved[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    def cost(self, samples: list[tuple[float, ...]], num_nodes: int) -> BlockCost:
+        """Medians of ``samples``; bytes kept by a sample chunk (what autograd saves, plus the
+        received inputs the executor holds), buffers and parameters."""
+        fwd, bwd, fwd_one, bwd_one, step = (statistics.median(col) for col in zip(*samples))
+        kept: dict[tuple, int] = {}
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: _nbytes(kept, t), lambda t: t):
             self.ex.forward(0, *self.feeds[0])
         self.ex.saved.clear()
         for t in self.feeds[0][0] if self.b > 0 else []:
-            saved[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
-        return sum(saved.values())
-
-    def cost(self, samples: list[tuple[float, ...]], num_nodes: int) -> BlockCost:
-        fwd, bwd, fwd_one, bwd_one, step = (statistics.median(col) for col in zip(*samples))
+            _nbytes(kept, t)
         rows, floor = self.bounds[1], 1e-12
-        param_bytes = sum(p.numel() * p.element_size() for p in self.block.parameters())
+        params = sum(p.numel() * p.element_size() for p in self.block.parameters())
         buffers = sum(t.numel() * t.element_size() for buf in self.ex.buffers.values()
                       for t in (buf.H, buf.dZ, buf.snap) if t is not None)
         return BlockCost(
             index=self.b, name=type(self.block).__name__, aggregates=self.block.aggregates,
-            out_dim=self.block.out_dim,
-            forward_s=max(fwd - fwd_one, floor * rows) / (rows - 1),
+            out_dim=self.block.out_dim, forward_s=max(fwd - fwd_one, floor * rows) / (rows - 1),
             backward_s=max(bwd - bwd_one, floor * rows) / (rows - 1),
             forward_fixed_s=max(fwd_one, floor), backward_fixed_s=max(bwd_one, floor),
-            step_s=step, activation_bytes=self.kept_bytes() / rows,
-            buffer_bytes=buffers / num_nodes, param_bytes=param_bytes,
-            optimizer_bytes=2 * param_bytes)
+            step_s=step, activation_bytes=sum(kept.values()) / rows,
+            buffer_bytes=buffers / num_nodes, param_bytes=params, optimizer_bytes=2 * params)
 
 
 def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, warmup: int = 1,
@@ -217,8 +211,7 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, warmup: int
     does not land on one block only), each round after ``warmup`` runs. ``threads`` torch
     threads are used while profiling (the Dask ranks use one).
     """
-    datasets.validate(data)
-    _check_model(model, data)
+    _check(model, data)
     n = data.num_nodes
     if n < 3:
         raise ValueError(f"data: profiling needs at least 3 nodes, got {n}")
@@ -230,22 +223,19 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, warmup: int
     adj = normalized_adjacency(ordered.edge_index, n, model.norm)
     rows = min(max(int(parts.bounds[1]), 2), n - 1)
     bounds = [0, rows, rows + 1] + ([n] if rows + 1 < n else [])
-    work = copy.deepcopy(model)
-    work.train()
+    work = copy.deepcopy(model).train()
     passes = min(passes, repeats)
-    per_pass = math.ceil(repeats / passes)
     samples: list[list[tuple[float, ...]]] = [[] for _ in work.blocks]
     costs: list[BlockCost] = []
     before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads or before)
     try:
         for p in range(passes):
             for b in range(len(work)):
                 bench = _BlockBench(work, b, ordered, adj, bounds)
                 for _ in range(warmup):
                     bench.sample()
-                samples[b] += [bench.sample() for _ in range(per_pass)]
+                samples[b] += [bench.sample() for _ in range(math.ceil(repeats / passes))]
                 if p == passes - 1:
                     costs.append(bench.cost(samples[b], n))
     finally:
@@ -254,7 +244,8 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, warmup: int
     return Profile(tuple(costs), n, rows, cuts)
 
 
-def _check_model(model: LayerStack, data: Data) -> None:
+def _check(model: LayerStack, data: Data) -> None:
+    datasets.validate(data)
     if not isinstance(model, LayerStack):
         raise TypeError(f"model: expected a gnnpipe LayerStack, got {type(model).__name__}")
     if data.x.size(1) != model.in_dim:
@@ -273,7 +264,7 @@ def _stage_time(prefix: list[float], boundary: Sequence[float], i: int, j: int) 
     return t
 
 
-def _dp(costs: Sequence[float], boundary: Sequence[float], stages: int, fits,
+def _dp(costs: Sequence[float], boundary: Sequence[float], stages: int, fits: Fits,
         bound: float | None = None) -> tuple[float, list[tuple[int, int]]]:
     """The split with the smallest bottleneck or, given ``bound``, the smallest total time among
     splits whose stages all take at most ``bound``; ``(inf, [])`` when no split fits."""
@@ -282,15 +273,14 @@ def _dp(costs: Sequence[float], boundary: Sequence[float], stages: int, fits,
     value = [[math.inf] * (n + 1) for _ in range(stages + 1)]
     back = [[-1] * (n + 1) for _ in range(stages + 1)]
     value[0][0] = 0.0
-    for k in range(1, stages + 1):
-        for j in range(k, n + 1):
-            for i in range(k - 1, j):
-                t = _stage_time(prefix, boundary, i, j)
-                if value[k - 1][i] == math.inf or not fits(i, j) or (bound is not None and t > bound):
-                    continue
-                v = value[k - 1][i] + t if bound is not None else max(value[k - 1][i], t)
-                if v < value[k][j]:
-                    value[k][j], back[k][j] = v, i
+    for k, j in itertools.product(range(1, stages + 1), range(1, n + 1)):
+        for i in range(k - 1, j):
+            t = _stage_time(prefix, boundary, i, j)
+            if value[k - 1][i] == math.inf or not fits(i, j) or (bound is not None and t > bound):
+                continue
+            v = value[k - 1][i] + t if bound is not None else max(value[k - 1][i], t)
+            if v < value[k][j]:
+                value[k][j], back[k][j] = v, i
     if value[stages][n] == math.inf:
         return math.inf, []
     ranges, j = [], n
@@ -323,7 +313,8 @@ def split_stages(costs: Sequence[float], memory: Sequence[float], boundary_costs
         raise ValueError(f"memory, boundary_costs: expected {n} and {max(n - 1, 0)} values for "
                          f"{n} blocks, got {len(memory)} and {len(boundary_costs)}")
     if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= n:
-        raise ValueError(f"stages: expected 1 to {n} (one block at least per stage), got {stages!r}")
+        raise ValueError(f"stages: expected 1 to {n} (at least one block per stage), "
+                         f"got {stages!r}")
     mem = [0.0, *itertools.accumulate(float(m) for m in memory)]
 
     def fits(i: int, j: int) -> bool:
@@ -332,9 +323,10 @@ def split_stages(costs: Sequence[float], memory: Sequence[float], boundary_costs
     neck, _ = _dp(costs, boundary_costs, stages, fits)
     if neck == math.inf:
         least = math.ceil(_dp(memory, [0.0] * (n - 1), stages, lambda i, j: True)[0])
-        raise ValueError(f"memory_limit: {format_bytes(memory_limit)} ({int(memory_limit):,} bytes) "
-                         f"is too small for {stages} stages; the smallest memory limit that fits "
-                         f"is {format_bytes(least)} ({least:,} bytes)")
+        raise ValueError(f"memory_limit: {format_bytes(memory_limit)} "
+                         f"({int(memory_limit):,} bytes) is too small for {stages} stages; the "
+                         f"smallest memory limit that fits is {format_bytes(least)} "
+                         f"({least:,} bytes)")
     return _dp(costs, boundary_costs, stages, fits, bound=neck * (1 + 1e-9))[1]
 
 
@@ -356,7 +348,8 @@ def _transfers(profile: Profile, chunks: int, bandwidth: float, latency: float) 
 
 def _stage_costs(profile: Profile, ranges: Sequence[tuple[int, int]], chunks: int,
                  bandwidth: float, latency: float) -> tuple[dict, float, list[float]]:
-    """Simulator costs per (kind, stage), the per-chunk transfer delay and epoch busy seconds."""
+    """Simulator costs per (kind, stage), the per-chunk transfer delay and epoch busy seconds
+    (compute, plus the transfers at a stage's cuts)."""
     n, costs, busy = profile.num_nodes, {}, []
     for s, (a, b) in enumerate(ranges):
         blocks = profile.blocks[a:b]
@@ -365,7 +358,7 @@ def _stage_costs(profile: Profile, ranges: Sequence[tuple[int, int]], chunks: in
         costs["step", s] = sum(c.step_s for c in blocks)
         busy.append(sum(c.seconds(n, chunks) for c in blocks))
     transfers = _transfers(profile, chunks, bandwidth, latency)
-    for s, (a, _) in enumerate(ranges[1:]):  # both stages beside a cut pay for its transfers
+    for s, (a, _) in enumerate(ranges[1:]):
         busy[s] += transfers[a - 1]
         busy[s + 1] += transfers[a - 1]
     cuts = [profile.boundary_bytes[a - 1] for a, _ in ranges[1:]]
@@ -378,6 +371,25 @@ def predict(profile: Profile, ranges: Sequence[tuple[int, int]], chunks: int,
     """Simulate one epoch of GNNPipe's schedule for these stage ranges and chunk count."""
     costs, delay, _ = _stage_costs(profile, ranges, chunks, _bandwidth(bandwidth), latency)
     return simulate(gnnpipe_schedule(len(ranges), chunks, step=True), costs, comm=delay)
+
+
+def _refine(profile: Profile, ranges: list[tuple[int, int]], chunks: int, bandwidth: float,
+            latency: float, fits: Fits) -> tuple[float, list[tuple[int, int]], Timeline]:
+    """Move single boundaries one block at a time while the simulated epoch gets shorter (the
+    DP's bottleneck objective only approximates the schedule's makespan)."""
+    timeline = predict(profile, ranges, chunks, bandwidth, latency)
+    best, improved = timeline.makespan(), True
+    while improved:
+        improved = False
+        for k, step in itertools.product(range(1, len(ranges)), (-1, 1)):
+            edges = [0, *(a for a, _ in ranges[1:]), ranges[-1][1]]
+            edges[k] += step
+            moved = list(itertools.pairwise(edges))
+            if all(a < b and fits(a, b) for a, b in moved):
+                trial = predict(profile, moved, chunks, bandwidth, latency)
+                if trial.makespan() < best * (1 - 1e-9):
+                    best, ranges, timeline, improved = trial.makespan(), moved, trial, True
+    return best, ranges, timeline
 
 
 @dataclass(frozen=True, repr=False)
@@ -393,7 +405,8 @@ class Plan:
         layers: GNN (aggregating) layers in each stage.
         timeline: the simulated epoch.
         profile: the measured block costs the plan came from.
-        candidates: predicted epoch seconds for every chunk count tried.
+        candidates: every chunk count tried, with its DP split and that split's predicted epoch
+            (before the boundaries were nudged).
     """
 
     ranges: tuple[tuple[int, int], ...]
@@ -409,10 +422,6 @@ class Plan:
     latency: float = DEFAULT_LATENCY
     candidates: pd.DataFrame = field(default_factory=pd.DataFrame)
 
-    @property
-    def stages(self) -> int:
-        return len(self.ranges)
-
     def predict(self, ranges: Sequence[tuple[int, int]] | None = None,
                 chunks: int | None = None) -> Timeline:
         """Simulated epoch of another split (e.g. the uniform one) with this plan's costs."""
@@ -422,7 +431,7 @@ class Plan:
     def table(self) -> pd.DataFrame:
         """One row per stage: blocks, GNN layers, predicted busy seconds, memory."""
         return pd.DataFrame({
-            "stage": range(self.stages),
+            "stage": range(len(self.ranges)),
             "blocks": [f"{a}-{b - 1}" for a, b in self.ranges],
             "layers": self.layers,
             "predicted_s": self.stage_times,
@@ -431,7 +440,7 @@ class Plan:
 
     def __repr__(self) -> str:
         limit = "none" if self.memory_limit is None else format_bytes(self.memory_limit)
-        head = (f"Plan: {self.stages} stages, {self.chunks} chunks, predicted epoch "
+        head = (f"Plan: {len(self.ranges)} stages, {self.chunks} chunks, predicted epoch "
                 f"{self.epoch_time:.4g} s (memory limit {limit})")
         return head + "\n" + self.table().to_string(float_format=lambda v: f"{v:.4g}")
 
@@ -444,45 +453,53 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
 
     Profiles ``model`` on ``data`` (unless ``profile`` is given), then for every candidate chunk
     count splits the blocks by :func:`split_stages` (compute plus boundary transfer at
-    ``bandwidth`` bytes/s, memory under ``memory_limit``) and simulates GNNPipe's schedule; the
-    fastest predicted epoch wins.
+    ``bandwidth`` bytes/s, memory under ``memory_limit``) and simulates GNNPipe's schedule. For
+    the three fastest counts, boundaries are then nudged one block at a time while the simulated
+    epoch shortens; the fastest predicted epoch wins.
 
     Args:
         model: the stack to split.
         data: the graph it trains on.
         workers: pipeline stages (one Dask worker each).
         memory_limit: bytes per stage, as a number or a string (``"8GB"``, ``"512MiB"``).
-        bandwidth: stage-to-stage bytes/s (number or ``"1GB/s"``); default :data:`DEFAULT_BANDWIDTH`.
+        bandwidth: stage-to-stage bytes/s (a number or ``"1GB/s"``); default
+            :data:`DEFAULT_BANDWIDTH`.
         chunks: a chunk count or counts to consider; default :func:`chunk_candidates`.
         profile: reuse a :func:`profile_model` result.
         latency: seconds per message besides its bytes.
         seed: seeds the sample chunking.
         repeats: timed runs per block (their median is used).
     """
-    datasets.validate(data)
-    _check_model(model, data)
+    _check(model, data)
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= len(model):
-        raise ValueError(f"workers: expected 1 to {len(model)} (the model's blocks), got {workers!r}")
+        raise ValueError(f"workers: expected 1 to {len(model)} (the model's blocks), "
+                         f"got {workers!r}")
     limit = None if memory_limit is None else parse_bytes(memory_limit, "memory_limit")
-    bw = _bandwidth(bandwidth)
-    n = data.num_nodes
+    bw, n = _bandwidth(bandwidth), data.num_nodes
     counts = (chunk_candidates(workers, n) if chunks is None
               else [chunks] if isinstance(chunks, int) else list(chunks))
     if not counts or any(isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= n
                          for c in counts):
-        raise ValueError(f"chunks: expected counts from 1 to {n} (the graph's nodes), got {chunks!r}")
+        raise ValueError(f"chunks: expected counts from 1 to {n} (the graph's nodes), "
+                         f"got {chunks!r}")
     if profile is None:
         profile = profile_model(model, data, 4 * workers, repeats=repeats, seed=seed)
     elif len(profile.blocks) != len(model) or profile.num_nodes != n:
         raise ValueError("profile: it was measured for another model or graph")
     memory = [b.memory(n) for b in profile.blocks]
+    prefix = [0, *itertools.accumulate(memory)]
+
+    def fits(a: int, b: int) -> bool:
+        return limit is None or prefix[b] - prefix[a] <= limit
+
     tried = []
     for c in counts:
         seconds = [b.seconds(n, c) for b in profile.blocks]
         ranges = split_stages(seconds, memory, _transfers(profile, c, bw, latency), workers, limit)
-        timeline = predict(profile, ranges, c, bw, latency)
-        tried.append((timeline.makespan(), c, ranges, timeline))
-    epoch, best, ranges, timeline = min(tried, key=lambda t: (t[0], t[1]))
+        tried.append((predict(profile, ranges, c, bw, latency).makespan(), c, ranges))
+    refined = [(*_refine(profile, r, c, bw, latency, fits), c)  # the three best counts
+               for _, c, r in sorted(tried)[:3]]
+    epoch, ranges, timeline, best = min(refined, key=lambda t: (t[0], t[3]))
     _, _, busy = _stage_costs(profile, ranges, best, bw, latency)
     return Plan(
         ranges=tuple(ranges), chunks=best, epoch_time=epoch, stage_times=tuple(busy),
@@ -490,4 +507,4 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         layers=tuple(sum(c.aggregates for c in profile.blocks[a:b]) for a, b in ranges),
         timeline=timeline, profile=profile, memory_limit=limit, bandwidth=bw, latency=latency,
         candidates=pd.DataFrame([{"chunks": c, "epoch_time": t, "ranges": r}
-                                 for t, c, r, _ in tried]))
+                                 for t, c, r in tried]))

@@ -168,7 +168,7 @@ def test_plan_tiles_the_model_and_picks_a_candidate(model, small_graph, plan):
     assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(plan.ranges, plan.ranges[1:]))
     assert plan.chunks in chunk_candidates(2, small_graph.num_nodes)
     assert plan.epoch_time == pytest.approx(plan.timeline.makespan())
-    assert plan.epoch_time == plan.candidates["epoch_time"].min()
+    assert plan.epoch_time <= plan.candidates["epoch_time"].min() * (1 + 1e-9)  # refined or equal
     assert plan.timeline.num_ranks == 2 and len(plan.memory) == 2 and sum(plan.layers) == 4
     text = repr(plan)
     assert "2 stages" in text and "predicted_s" in text and "memory" in text
