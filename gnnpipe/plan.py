@@ -152,8 +152,8 @@ class _BlockBench:
         self.feeds = []
         for lo, hi in itertools.pairwise(bounds[:3]):
             inputs = [torch.randn(hi - lo, w, generator=gen) for w in widths] or [ordered.x[lo:hi]]
-            target = (ordered.y[lo:hi], ordered.train_mask[lo:hi], num_train) if ex.is_last else None
-            self.feeds.append((inputs, target))
+            last = (ordered.y[lo:hi], ordered.train_mask[lo:hi], num_train)
+            self.feeds.append((inputs, last if ex.is_last else None))
         params = list(self.block.parameters())
         self.opt = torch.optim.Adam(params, lr=1e-3) if params else None
 
