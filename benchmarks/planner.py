@@ -1,12 +1,18 @@
-"""Planned vs uniform stage split (``gp.plan``) on a heterogeneous GCNII: measured and predicted.
+"""Planned vs uniform stage split (``gp.plan``) on heterogeneous GCNIIs: measured and predicted.
 
-The model is ``gp.models.gcnii(2000, hidden=64, out_dim=8, layers=32)``: a 2,000-wide input
-projection (it costs as much as a dozen GCNII layers), 32 GCNII layers and a classifier, on a
-synthetic planted-partition graph with 2,000 features (avg degree 10, 8 classes, homophily 0.8,
-seed 0). ``gp.plan(model, data, workers=2)`` profiles every block in this process (one torch
-thread), splits the blocks by dynamic programming and picks the chunk count by simulation. The
-uniform split (``stage_ranges``: equal block counts) runs with the same chunk count, so the two
-differ only in where the stage boundary lies.
+Two 32-layer GCNIIs (hidden 64) on synthetic planted-partition graphs (avg degree 10, 8 classes,
+homophily 0.8, seed 0), each uneven in its own way:
+
+- ``wide-input``: ``gp.models.gcnii(2000, ...)`` on 2,000 features; the input projection's
+  forward (dropout and matmul over 2,000 columns) costs as much as a dozen GCNII layers, its
+  backward (weights only) little.
+- ``wide-head``: ``gp.models.gcnii(64, ...)`` with its classifier replaced by appended blocks, an
+  MLP head ``64 → 1024 → 1024 → 8``, heavy forward and backward.
+
+``gp.plan(model, data, workers=2)`` profiles every block in this process (one torch thread),
+splits the blocks by dynamic programming and picks the chunk count by simulation. The uniform
+split (``stage_ranges``: equal block counts) runs with the same chunk count, so the two differ
+only in where the stage boundary lies.
 
 Both splits train in ``pipeline`` mode on one 2-worker Dask cluster, alternating (uniform,
 planned, planned, uniform, ...) for ``--rounds`` rounds of ``--epochs`` timed epochs after one
@@ -17,7 +23,7 @@ the timeline) sit beside the predicted ones.
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/planner.py             # ~5 min, writes results/planner.{json,md}
+    .venv/bin/python benchmarks/planner.py             # ~10 min, writes results/planner.{json,md}
     .venv/bin/python benchmarks/planner.py --quick     # smoke test, writes nothing
 """
 
@@ -39,7 +45,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-WIDE, HIDDEN, LAYERS, CLASSES, WARMUP, WORKERS = 2000, 64, 32, 8, 1, 2
+HIDDEN, LAYERS, CLASSES, WARMUP, WORKERS = 64, 32, 8, 1, 2
+#: model name -> (input features, MLP head width or 0 for GCNII's own classifier)
+MODELS = {"wide-input": (2000, 0), "wide-head": (64, 1024)}
 TARGET_ERROR = 0.25
 
 
@@ -50,13 +58,21 @@ def graph(nodes: int, features: int) -> Any:
                                  num_features=features, homophily=0.8, seed=0)
 
 
-def build(features: int, layers: int) -> Any:
+def build(features: int, head: int, layers: int) -> Any:
+    """GCNII; with ``head``, its classifier swapped for an MLP ``64 → head → head → classes``."""
     import torch
 
     import gnnpipe as gp
+    from gnnpipe.models import Dense, LayerStack
 
     torch.manual_seed(0)
-    return gp.models.gcnii(features, hidden=HIDDEN, out_dim=CLASSES, layers=layers)
+    model = gp.models.gcnii(features, hidden=HIDDEN, out_dim=CLASSES, layers=layers)
+    if not head:
+        return model
+    mlp = [Dense(HIDDEN, head, 0.5, act=True, kind="output"),
+           Dense(head, head, 0.5, act=True, kind="output"),
+           Dense(head, CLASSES, 0.5, act=False, kind="output")]
+    return LayerStack([*model.blocks[:-1], *mlp], norm=model.norm, name="gcnii-mlp")
 
 
 @contextlib.contextmanager
@@ -112,12 +128,15 @@ def busy_per_rank(timeline: Any, epochs: list[int]) -> list[float]:
     return [float(per.loc[r].median()) for r in sorted(df["rank"].unique())]
 
 
-def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
+def measure(args: argparse.Namespace, kind: str, log: Any) -> dict[str, Any]:
     import gnnpipe as gp
     from gnnpipe.engine.local import stage_ranges
 
-    data = graph(args.nodes, args.features)
-    model = build(args.features, args.layers)
+    features, head = MODELS[kind]
+    if args.quick:
+        features, head = min(features, 200), head // 8
+    data = graph(args.nodes, features)
+    model = build(features, head, args.layers)
     began = time.perf_counter()
     plan = gp.plan(model, data, workers=WORKERS)
     plan_s = time.perf_counter() - began
@@ -140,7 +159,7 @@ def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
             order = ("uniform", "planned") if rnd % 2 == 0 else ("planned", "uniform")
             for name in order:
                 share = core_share()
-                run = gp.train(build(args.features, args.layers), data, "pipeline",
+                run = gp.train(build(features, head, args.layers), data, "pipeline",
                                stages=WORKERS, chunks=plan.chunks,
                                plan=plan if name == "planned" else None,
                                epochs=WARMUP + args.epochs, cluster=cluster, progress=False,
@@ -152,7 +171,8 @@ def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
                              "busy_s": busy_per_rank(run.timeline, timed),
                              "loadavg": os.getloadavg()[0], "core_share": share})
                 log(f"round {rnd} {name:8s} median epoch {runs[-1]['median_epoch_s']:.3f}s "
-                    f"(predicted {predicted[name]['epoch_s']:.3f}s), load {runs[-1]['loadavg']:.1f}, "
+                    f"(predicted {predicted[name]['epoch_s']:.3f}s), "
+                    f"load {runs[-1]['loadavg']:.1f}, "
                     f"core share {share:.2f}")
     summary = {}
     for name, ranges in splits.items():
@@ -166,7 +186,8 @@ def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
                          "measured_busy_s": [statistics.median(r["busy_s"][k] for r in mine)
                                              for k in range(WORKERS)],
                          "predicted_busy_s": predicted[name]["busy_s"]}
-    return {"plan": {"ranges": splits["planned"], "chunks": plan.chunks,
+    return {"model": kind, "features": features, "head": head, "blocks": len(model),
+            "plan": {"ranges": splits["planned"], "chunks": plan.chunks,
                      "epoch_time": plan.epoch_time, "stage_times": list(plan.stage_times),
                      "memory": list(plan.memory), "profile_s": plan_s,
                      "chunk_overhead_s": plan.profile.chunk_overhead,
@@ -174,20 +195,40 @@ def measure(args: argparse.Namespace, log: Any) -> dict[str, Any]:
             "runs": runs, "summary": summary}
 
 
-def markdown(result: dict[str, Any], env: dict[str, Any], args: argparse.Namespace) -> str:
+def markdown(results: list[dict[str, Any]], env: dict[str, Any], args: argparse.Namespace) -> str:
+    head = (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs, "
+            f"shared; load {env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at "
+            f"end) · 1 torch thread per process · {args.rounds} rounds × {args.epochs} timed "
+            f"epochs after {WARMUP} warm-up · wall {env['wall_s'] / 60:.1f} min")
+    title = (f"# Planned vs uniform split (GCNII-{args.layers}, {args.nodes:,} nodes, 2 stages, "
+             "pipeline mode)")
+    lines = [title, "", head, ""]
+    for result in results:
+        lines += section(result, args)
+    lines += ["", ("Error is (predicted − measured) / measured. Busy = forward + backward op "
+                   "seconds per epoch (median). The fastest epoch is the least-contended one; the "
+                   "median is the headline. The profile counts CPU seconds (what each op costs on "
+                   "a core of its own); measured epochs are wall-clock seconds, which other "
+                   "processes on a shared machine stretch. With the kernel's autogroup scheduling "
+                   f"on (`sched_autogroup_enabled` = {env.get('autogroup', 'n/a')}), CPU is "
+                   "shared per session, so the run's 2 worker processes split one session's "
+                   "share.")]
+    return "\n".join(lines) + "\n"
+
+
+def section(result: dict[str, Any], args: argparse.Namespace) -> list[str]:
     s, plan = result["summary"], result["plan"]
-    head = (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs, shared; "
-            f"load {env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at end) · "
-            f"1 torch thread per process · {args.rounds} rounds × {args.epochs} timed epochs after "
-            f"{WARMUP} warm-up · wall {env['wall_s'] / 60:.1f} min")
-    title = (f"# Planned vs uniform split (GCNII-{args.layers}, {args.features}-wide input, "
-             f"{args.nodes:,} nodes, 2 stages, {plan['chunks']} chunks)")
-    lines = [title, "", head, "",
+    what = (f"{result['features']:,}-wide input" if not result["head"]
+            else f"MLP head {HIDDEN} → {result['head']} → {result['head']} → {CLASSES}")
+    lines = [f"## {result['model']}: {what}, {result['blocks']} blocks, {plan['chunks']} chunks",
+             "",
              ("| split | block ranges | predicted epoch s | measured epoch s (median) | error | "
-              "fastest epoch s | error vs fastest | busy s/rank predicted | busy s/rank measured |"),
+              "fastest epoch s | error vs fastest | busy s/rank predicted | "
+              "busy s/rank measured |"),
              "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for name, r in s.items():
-        lines.append(f"| {name} | {[tuple(x) for x in r['ranges']]} | {r['predicted_epoch_s']:.3f} | "
+        ranges = [tuple(x) for x in r["ranges"]]
+        lines.append(f"| {name} | {ranges} | {r['predicted_epoch_s']:.3f} | "
                      f"{r['measured_epoch_s']:.3f} | {r['error']:+.1%} | {r['min_epoch_s']:.3f} | "
                      f"{r['error_vs_min']:+.1%} | "
                      f"{', '.join(f'{b:.3f}' for b in r['predicted_busy_s'])} | "
@@ -203,21 +244,15 @@ def markdown(result: dict[str, Any], env: dict[str, Any], args: argparse.Namespa
                    f"loop got just before the run): {per_run}"), "",
               (f"- Planned split measured {speedup:.2f}× as fast as uniform (medians; "
                f"{verdict_speed}: planned below uniform)."),
-              (f"- Largest |predicted − measured median| / measured: {worst:.1%} ({verdict_error}: "
+              (f"- Largest |predicted − measured median| / measured: {worst:.1%} "
+               f"({verdict_error}: "
                f"under {TARGET_ERROR:.0%})."),
-              (f"- Profiling and planning took {plan['profile_s']:.1f} s; per-chunk overhead "
+              (f"- Predicted gain of the planned split: "
+               f"{s['uniform']['predicted_epoch_s'] / s['planned']['predicted_epoch_s']:.2f}×. "
+               f"Profiling and planning took {plan['profile_s']:.1f} s; per-chunk overhead "
                f"(one-row chunk, whole model, forward + backward) "
-               f"{plan['chunk_overhead_s'] * 1e3:.1f} ms."),
-              "",
-              ("Error is (predicted − measured) / measured. Busy = forward + backward op seconds "
-               "per epoch (median). The fastest epoch is the least-contended one; the median is "
-               "the headline. The profile counts CPU seconds (what each op costs on a core of its "
-               "own); measured epochs are wall-clock seconds, which other processes on a shared "
-               "machine stretch. With the kernel's autogroup scheduling on "
-               f"(`sched_autogroup_enabled` = {env.get('autogroup', 'n/a')}), CPU is shared per "
-               "session, so the run's 2 worker processes split one session's share."),
-              ]
-    return "\n".join(lines) + "\n"
+               f"{plan['chunk_overhead_s'] * 1e3:.1f} ms."), ""]
+    return lines
 
 
 def environment() -> dict[str, Any]:
@@ -235,10 +270,10 @@ def environment() -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=15_000)
-    ap.add_argument("--features", type=int, default=WIDE)
     ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--epochs", type=int, default=4, help="timed epochs per run")
-    ap.add_argument("--rounds", type=int, default=2, help="runs of each split, alternating")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each split, alternating")
     ap.add_argument("--sessions", action="store_true",
                     help="workers in sessions of their own (dask scheduler + dask worker) instead "
                          "of a LocalCluster")
@@ -248,9 +283,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.render:
         saved = json.loads(args.render.read_text())
-        for key in ("nodes", "features", "layers", "epochs", "rounds"):
+        for key in ("nodes", "layers", "epochs", "rounds"):
             setattr(args, key, int(saved["args"][key]))
-        text = markdown(saved, saved["env"], args)
+        text = markdown(saved["results"], saved["env"], args)
         args.render.with_suffix(".md").write_text(text)
         print(text)
         return
@@ -258,20 +293,21 @@ def main() -> None:
 
     torch.set_num_threads(1)
     if args.quick:
-        args.nodes, args.features, args.layers, args.epochs, args.rounds = 1_500, 200, 4, 1, 1
+        args.nodes, args.layers, args.epochs, args.rounds = 1_500, 4, 1, 1
     out = args.out or (None if args.quick else Path(__file__).parent / "results")
     env, start = environment(), time.perf_counter()
 
     def log(text: str) -> None:
         print(f"[{time.perf_counter() - start:5.0f}s] {text}", flush=True)
 
-    result = measure(args, log)
+    results = [measure(args, name, log) for name in args.models]
     env["loadavg_end"], env["wall_s"] = os.getloadavg(), time.perf_counter() - start
-    text = markdown(result, env, args)
+    text = markdown(results, env, args)
     print(text)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        payload = {"env": env, "args": {k: str(v) for k, v in vars(args).items()}, **result}
+        payload = {"env": env, "args": {k: str(v) for k, v in vars(args).items()},
+                   "results": results}
         (out / "planner.json").write_text(json.dumps(payload, indent=2, default=str))
         (out / "planner.md").write_text(text)
         print(f"wrote {out / 'planner.json'} and {out / 'planner.md'}")
