@@ -27,6 +27,7 @@ class Cluster:
     def __init__(self, n_workers: int = 2, threads_per_worker: int = 1, address: str | None = None,
                  host: str = "127.0.0.1", client: Client | None = None, **kwargs: Any) -> None:
         self.threads_per_worker = threads_per_worker
+        self.size: int | None = None  # workers a local cluster keeps (its nannies restart them)
         self._local: LocalCluster | None = None
         if client is not None:
             self.client = client
@@ -39,16 +40,29 @@ class Cluster:
             self._local = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                                        host=host, dashboard_address=f"{host}:0", **kwargs)
             self.client = Client(self._local)
+            self.size = n_workers
 
     def workers(self) -> list[str]:
         """Addresses of the workers now connected, sorted (rank ``r`` runs on the ``r``-th)."""
         return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
 
+    def ready(self, world: int, timeout: float = 120.0) -> list[str]:
+        """The workers, after waiting up to ``timeout`` s for ``world`` of them when this local
+        cluster is still bringing back workers restarted after a failure."""
+        workers = self.workers()
+        if len(workers) < world and self.size is not None and self.size >= world:
+            try:
+                self.client.wait_for_workers(world, timeout=timeout)
+            except TimeoutError:
+                logger.warning("only %d of %d workers came back", len(self.workers()), world)
+            workers = self.workers()
+        return workers
+
     def restart(self) -> None:
         """Restart every worker process (frees ranks stuck in a collective after a failure)."""
         self.client.restart(wait_for_workers=False)
-        if self._local is not None:
-            self.client.wait_for_workers(len(self._local.workers), timeout=180)
+        if self.size is not None:
+            self.client.wait_for_workers(self.size, timeout=180)
 
     def close(self) -> None:
         self.client.close()

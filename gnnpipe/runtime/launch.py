@@ -18,7 +18,8 @@ from gnnpipe.runtime.rank import JobSpec, RankResult, run_rank
 
 logger = logging.getLogger(__name__)
 
-_GRACE_S = 1.0  # after a first failure, wait this long to find the root cause among ranks
+_GRACE_S = 1.0  # after a rank's own error, wait this long for an earlier root cause
+_FALLOUT_GRACE_S = 15.0  # with only peers' fallout so far, wait this long for the dead worker
 _DEAD_AFTER_S = 3.0  # absent this long while a peer has failed: the worker died
 _SURELY_DEAD_AFTER_S = 60.0  # absent this long: dead even if no peer noticed
 
@@ -204,8 +205,10 @@ def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
                     r not in failures or failures[r].startswith("~")):
                 failures[r] = "!its worker process died"
         if failures:
-            first_failure = first_failure or time.monotonic()
-            if time.monotonic() - first_failure >= _GRACE_S or not pending:
+            first_failure = first_failure or now
+            rooted = any(not cause.startswith("~") for cause in failures.values())
+            grace = _GRACE_S if rooted else _FALLOUT_GRACE_S
+            if now - first_failure >= grace or not pending:
                 break
     if failures:
         for f in futures:

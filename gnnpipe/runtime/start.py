@@ -36,7 +36,7 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
                    stop_event=f"{topic}-stop")
     handle, owned = resolve(cluster, spec.world)
     try:
-        workers = handle.workers()
+        workers = handle.ready(spec.world)
         if len(workers) < spec.world:
             raise ValueError(f"cluster: the run needs {spec.world} workers (one per rank), the "
                              f"cluster has {len(workers)}")
