@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from typing import Any
 
 from distributed import Client, LocalCluster, get_worker
@@ -49,20 +50,32 @@ class Cluster:
     def ready(self, world: int, timeout: float = 120.0) -> list[str]:
         """The workers, after waiting up to ``timeout`` s for ``world`` of them when this local
         cluster is still bringing back workers restarted after a failure."""
-        workers = self.workers()
-        if len(workers) < world and self.size is not None and self.size >= world:
-            try:
-                self.client.wait_for_workers(world, timeout=timeout)
-            except TimeoutError:
-                logger.warning("only %d of %d workers came back", len(self.workers()), world)
-            workers = self.workers()
-        return workers
+        if self.size is not None and self.size >= world:
+            self._await_workers(world, timeout)
+        return self.workers()
 
     def restart(self) -> None:
         """Restart every worker process (frees ranks stuck in a collective after a failure)."""
         self.client.restart(wait_for_workers=False)
         if self.size is not None:
-            self.client.wait_for_workers(self.size, timeout=180)
+            self._await_workers(self.size, 180.0)
+
+    def _await_workers(self, n: int, timeout: float) -> None:
+        """Wait for ``n`` workers of the local cluster, re-creating any it gave up on: a worker
+        whose process stays away longer than ``distributed.deploy.lost-worker-timeout`` (a
+        killed one restarting slowly on a loaded machine) is dropped for good by ``LocalCluster``
+        unless it is scaled back up."""
+        deadline = time.monotonic() + timeout
+        while len(self.workers()) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                logger.warning("only %d of %d workers came back", len(self.workers()), n)
+                return
+            self._local.scale(self.size)  # type: ignore[union-attr]
+            try:
+                self.client.wait_for_workers(n, timeout=min(left, 10.0))
+            except TimeoutError:
+                continue
 
     def close(self) -> None:
         self.client.close()
