@@ -218,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--workers", type=int, default=2, help="pipeline stages, one worker each")
     plan.add_argument("--memory-limit", default=None, help="bytes per stage, e.g. 8GB or 512MiB")
     plan.add_argument("--bandwidth", default=None, help="stage-to-stage bytes/s, e.g. 1GB/s")
-    plan.add_argument("--repeats", type=int, default=6, help="timed runs per block (median)")
+    plan.add_argument("--repeats", type=int, default=3,
+                      help="profiled epochs at each of two chunk counts (medians)")
     plan.add_argument("--threads", type=int, default=1, help="torch threads while profiling")
     plan.add_argument("--seed", type=int, default=0)
     plan.set_defaults(func=_plan)

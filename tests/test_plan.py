@@ -131,16 +131,16 @@ def model(small_graph):
 
 @pytest.fixture(scope="module")
 def profile(model, small_graph):
-    return profile_model(model, small_graph, chunks=4, repeats=2, passes=2)
+    return profile_model(model, small_graph, chunks=4, repeats=2)
 
 
 def test_profile_shapes_and_positive_numbers(model, profile):
     assert len(profile.blocks) == len(model) and len(profile.boundary_bytes) == len(model) - 1
-    assert profile.num_nodes == 600 and 2 <= profile.sample_rows < 600
+    assert profile.num_nodes == 600 and profile.chunk_counts == (4, 16)
     for cost, block in zip(profile.blocks, model.blocks):
-        for value in (cost.forward_s, cost.backward_s, cost.forward_fixed_s,
-                      cost.backward_fixed_s, cost.step_s, cost.activation_bytes):
+        for value in (cost.forward_s, cost.backward_s, cost.step_s, cost.activation_bytes):
             assert value > 0
+        assert cost.forward_fixed_s >= 0 and cost.backward_fixed_s >= 0
         params = sum(p.numel() * 4 for p in block.parameters())
         assert cost.param_bytes == params and cost.optimizer_bytes == 2 * params
         # Hbuf, snapshot and dZbuf of the block's width per graph row
@@ -153,7 +153,7 @@ def test_profile_shapes_and_positive_numbers(model, profile):
 
 def test_profiling_leaves_the_model_untouched(model, small_graph):
     before = copy.deepcopy(model.state_dict())
-    profile_model(model, small_graph, chunks=4, repeats=1, passes=1)
+    profile_model(model, small_graph, chunks=4, repeats=1)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
 

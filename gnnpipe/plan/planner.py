@@ -1,0 +1,201 @@
+"""Plans: stage ranges and a chunk count chosen by DP and simulation, with what they should cost."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+from torch_geometric.data import Data
+
+from gnnpipe.events import Timeline
+from gnnpipe.models import LayerStack
+from gnnpipe.plan.profile import Profile, check_inputs, profile_model
+from gnnpipe.plan.stages import Fits, split_stages
+from gnnpipe.plan.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
+from gnnpipe.schedule import gnnpipe as gnnpipe_schedule
+from gnnpipe.simulate import simulate
+
+#: Seconds each point-to-point message costs besides its bytes (gloo latency, Python).
+DEFAULT_LATENCY = 1e-4
+MAX_CHUNKS = 64
+
+
+def chunk_candidates(stages: int, num_nodes: int, limit: int = MAX_CHUNKS) -> list[int]:
+    """Chunk counts worth simulating: powers of two and multiples of ``stages`` in
+    ``[stages, limit]`` (at most one chunk per node)."""
+    top = min(max(limit, stages), num_nodes)
+    found = {2**k for k in range(top.bit_length()) if stages <= 2**k <= top}
+    found |= set(range(stages, top + 1, stages))
+    return sorted(found) or [min(stages, num_nodes)]
+
+
+def _transfers(profile: Profile, chunks: int, bandwidth: float, latency: float) -> list[float]:
+    """Seconds per epoch to move every row across each possible cut, forward and backward."""
+    n = profile.num_nodes
+    return [2 * (n * w / bandwidth + chunks * latency) for w in profile.boundary_bytes]
+
+
+def _stage_costs(profile: Profile, ranges: Sequence[tuple[int, int]], chunks: int,
+                 bandwidth: float, latency: float) -> tuple[dict, float, list[float]]:
+    """Simulator costs per (kind, stage), the per-chunk transfer delay and epoch busy seconds
+    (compute, plus the transfers at a stage's cuts)."""
+    n, costs, busy = profile.num_nodes, {}, []
+    for s, (a, b) in enumerate(ranges):
+        blocks = profile.blocks[a:b]
+        costs["forward", s] = sum(n * c.forward_s / chunks + c.forward_fixed_s for c in blocks)
+        costs["backward", s] = sum(n * c.backward_s / chunks + c.backward_fixed_s for c in blocks)
+        costs["step", s] = sum(c.step_s for c in blocks)
+        busy.append(sum(c.seconds(n, chunks) for c in blocks))
+    transfers = _transfers(profile, chunks, bandwidth, latency)
+    for s, (a, _) in enumerate(ranges[1:]):
+        busy[s] += transfers[a - 1]
+        busy[s + 1] += transfers[a - 1]
+    cuts = [profile.boundary_bytes[a - 1] for a, _ in ranges[1:]]
+    delay = max((n / chunks * w / bandwidth + latency for w in cuts), default=0.0)
+    return costs, delay, busy
+
+
+def predict(profile: Profile, ranges: Sequence[tuple[int, int]], chunks: int,
+            bandwidth: float | str | None = None, latency: float = DEFAULT_LATENCY) -> Timeline:
+    """Simulate one epoch of GNNPipe's schedule for these stage ranges and chunk count."""
+    costs, delay, _ = _stage_costs(profile, ranges, chunks, parse_bandwidth(bandwidth), latency)
+    return simulate(gnnpipe_schedule(len(ranges), chunks, step=True), costs, comm=delay)
+
+
+def _refine(profile: Profile, ranges: list[tuple[int, int]], chunks: int, bandwidth: float,
+            latency: float, fits: Fits) -> tuple[float, list[tuple[int, int]], Timeline]:
+    """Move single boundaries one block at a time while the simulated epoch gets shorter (the
+    DP's bottleneck objective only approximates the schedule's makespan)."""
+    timeline = predict(profile, ranges, chunks, bandwidth, latency)
+    best, improved = timeline.makespan(), True
+    while improved:
+        improved = False
+        for k, step in itertools.product(range(1, len(ranges)), (-1, 1)):
+            edges = [0, *(a for a, _ in ranges[1:]), ranges[-1][1]]
+            edges[k] += step
+            moved = list(itertools.pairwise(edges))
+            if all(a < b and fits(a, b) for a, b in moved):
+                trial = predict(profile, moved, chunks, bandwidth, latency)
+                if trial.makespan() < best * (1 - 1e-9):
+                    best, ranges, timeline, improved = trial.makespan(), moved, trial, True
+    return best, ranges, timeline
+
+
+@dataclass(frozen=True, repr=False)
+class Plan:
+    """Stage ranges and chunk count for ``gp.train(plan=...)``, with what they should cost.
+
+    Attributes:
+        ranges: each stage's block range ``(start, stop)``.
+        chunks: chunks per epoch ``C``.
+        epoch_time: predicted seconds per training epoch (the simulated makespan).
+        stage_times: predicted busy seconds per epoch of each stage (compute plus transfers).
+        memory: predicted bytes each stage holds.
+        layers: GNN (aggregating) layers in each stage.
+        timeline: the simulated epoch.
+        profile: the measured block costs the plan came from.
+        candidates: every chunk count tried, with its DP split and that split's predicted epoch
+            (before the boundaries were nudged).
+    """
+
+    ranges: tuple[tuple[int, int], ...]
+    chunks: int
+    epoch_time: float
+    stage_times: tuple[float, ...]
+    memory: tuple[int, ...]
+    layers: tuple[int, ...]
+    timeline: Timeline
+    profile: Profile
+    memory_limit: int | None = None
+    bandwidth: float = DEFAULT_BANDWIDTH
+    latency: float = DEFAULT_LATENCY
+    candidates: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def predict(self, ranges: Sequence[tuple[int, int]] | None = None,
+                chunks: int | None = None) -> Timeline:
+        """Simulated epoch of another split (e.g. the uniform one) with this plan's costs."""
+        return predict(self.profile, ranges or self.ranges, chunks or self.chunks,
+                       self.bandwidth, self.latency)
+
+    def table(self) -> pd.DataFrame:
+        """One row per stage: blocks, GNN layers, predicted busy seconds, memory."""
+        return pd.DataFrame({
+            "stage": range(len(self.ranges)),
+            "blocks": [f"{a}-{b - 1}" for a, b in self.ranges],
+            "layers": self.layers,
+            "predicted_s": self.stage_times,
+            "memory": [format_bytes(m) for m in self.memory],
+        }).set_index("stage")
+
+    def __repr__(self) -> str:
+        limit = "none" if self.memory_limit is None else format_bytes(self.memory_limit)
+        head = (f"Plan: {len(self.ranges)} stages, {self.chunks} chunks, predicted epoch "
+                f"{self.epoch_time:.4g} s (memory limit {limit})")
+        return head + "\n" + self.table().to_string(float_format=lambda v: f"{v:.4g}")
+
+
+def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str | None = None,
+         bandwidth: float | str | None = None, *, chunks: int | Sequence[int] | None = None,
+         profile: Profile | None = None, latency: float = DEFAULT_LATENCY, seed: int = 0,
+         repeats: int = 3) -> Plan:
+    """Choose stage boundaries and the chunk count for a ``workers``-stage pipeline.
+
+    Profiles ``model`` on ``data`` (unless ``profile`` is given), then for every candidate chunk
+    count splits the blocks by :func:`split_stages` (compute plus boundary transfer at
+    ``bandwidth`` bytes/s, memory under ``memory_limit``) and simulates GNNPipe's schedule. For
+    the three fastest counts, boundaries are then nudged one block at a time while the simulated
+    epoch shortens; the fastest predicted epoch wins.
+
+    Args:
+        model: the stack to split.
+        data: the graph it trains on.
+        workers: pipeline stages (one Dask worker each).
+        memory_limit: bytes per stage, as a number or a string (``"8GB"``, ``"512MiB"``).
+        bandwidth: stage-to-stage bytes/s (a number or ``"1GB/s"``); default
+            :data:`DEFAULT_BANDWIDTH`.
+        chunks: a chunk count or counts to consider; default :func:`chunk_candidates`.
+        profile: reuse a :func:`profile_model` result.
+        latency: seconds per message besides its bytes.
+        seed: seeds the sample chunking.
+        repeats: profiled epochs at each of the profiler's two chunk counts (medians are used).
+    """
+    check_inputs(model, data)
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= len(model):
+        raise ValueError(f"workers: expected 1 to {len(model)} (the model's blocks), "
+                         f"got {workers!r}")
+    limit = None if memory_limit is None else parse_bytes(memory_limit, "memory_limit")
+    bw, n = parse_bandwidth(bandwidth), data.num_nodes
+    counts = (chunk_candidates(workers, n) if chunks is None
+              else [chunks] if isinstance(chunks, int) else list(chunks))
+    if not counts or any(isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= n
+                         for c in counts):
+        raise ValueError(f"chunks: expected counts from 1 to {n} (the graph's nodes), "
+                         f"got {chunks!r}")
+    if profile is None:
+        profile = profile_model(model, data, 4 * workers, repeats=repeats, seed=seed)
+    elif len(profile.blocks) != len(model) or profile.num_nodes != n:
+        raise ValueError("profile: it was measured for another model or graph")
+    memory = [b.memory(n) for b in profile.blocks]
+    prefix = [0, *itertools.accumulate(memory)]
+
+    def fits(a: int, b: int) -> bool:
+        return limit is None or prefix[b] - prefix[a] <= limit
+
+    tried = []
+    for c in counts:
+        seconds = [b.seconds(n, c) for b in profile.blocks]
+        ranges = split_stages(seconds, memory, _transfers(profile, c, bw, latency), workers, limit)
+        tried.append((predict(profile, ranges, c, bw, latency).makespan(), c, ranges))
+    refined = [(*_refine(profile, r, c, bw, latency, fits), c)  # the three best counts
+               for _, c, r in sorted(tried)[:3]]
+    epoch, ranges, timeline, best = min(refined, key=lambda t: (t[0], t[3]))
+    _, _, busy = _stage_costs(profile, ranges, best, bw, latency)
+    return Plan(
+        ranges=tuple(ranges), chunks=best, epoch_time=epoch, stage_times=tuple(busy),
+        memory=tuple(sum(memory[a:b]) for a, b in ranges),
+        layers=tuple(sum(c.aggregates for c in profile.blocks[a:b]) for a, b in ranges),
+        timeline=timeline, profile=profile, memory_limit=limit, bandwidth=bw, latency=latency,
+        candidates=pd.DataFrame([{"chunks": c, "epoch_time": t, "ranges": r}
+                                 for t, c, r in tried]))
