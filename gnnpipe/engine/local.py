@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch_geometric.data import Data
@@ -33,14 +33,11 @@ class LocalEngine:
         bounds: ``C + 1`` chunk offsets.
         ranges: the stages' block ranges.
         techniques, seed, recompute: see :class:`~gnnpipe.engine.chunked.StageExecutor`.
-        clock: what op events are timed with (wall seconds; the planner's profiler passes a
-            CPU clock).
     """
 
     def __init__(self, model: LayerStack, data: Data, adj: Adjacency, bounds: Sequence[int],
                  ranges: Sequence[tuple[int, int]], techniques: Techniques, seed: int,
-                 recompute: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.clock = clock
+                 recompute: bool = False) -> None:
         self.data, self.bounds, self.seed, self.techniques = data, [int(b) for b in bounds], seed, techniques
         self.stages = [StageExecutor(model, a, b, adj, bounds, techniques, seed, recompute)
                        for a, b in ranges]
@@ -56,9 +53,9 @@ class LocalEngine:
         return self.data.y[lo:hi], self.data.train_mask[lo:hi], self.num_train
 
     def _timed(self, stage: int, chunk: int, epoch: int, kind: str, fn, *args):
-        start = self.clock()
+        start = time.perf_counter()
         out = fn(*args)
-        self.events.append(OpEvent(stage, stage, 0, chunk, epoch, kind, start, self.clock()))
+        self.events.append(OpEvent(stage, stage, 0, chunk, epoch, kind, start, time.perf_counter()))
         return out
 
     def train_epoch(self, optimizer: torch.optim.Optimizer, epoch: int) -> float:

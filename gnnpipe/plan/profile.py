@@ -13,7 +13,6 @@ import copy
 import math
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -97,8 +96,7 @@ class _BlockAdams:
     """One Adam per block, stepped and timed one by one (``LocalEngine`` calls ``step`` once an
     epoch as it would a single optimizer)."""
 
-    def __init__(self, model: LayerStack, clock: Callable[[], float]) -> None:
-        self.clock = clock
+    def __init__(self, model: LayerStack) -> None:
         self.optimizers = [torch.optim.Adam(params, lr=1e-3) if params else None
                            for params in (list(b.parameters()) for b in model.blocks)]
         self.seconds: list[list[float]] = [[] for _ in model.blocks]
@@ -110,10 +108,10 @@ class _BlockAdams:
 
     def step(self) -> None:
         for b, opt in enumerate(self.optimizers):
-            start = self.clock()
+            start = time.perf_counter()
             if opt is not None:
                 opt.step()
-            self.seconds[b].append(self.clock() - start)
+            self.seconds[b].append(time.perf_counter() - start)
 
 
 @dataclass
@@ -127,22 +125,22 @@ class _Measured:
     engine: LocalEngine
 
 
-def _measure(work: LayerStack, data: Data, chunks: int, seed: int, warmup: int, repeats: int,
-             clock: Callable[[], float]) -> _Measured:
+def _measure(work: LayerStack, data: Data, chunks: int, seed: int, warmup: int,
+             repeats: int) -> _Measured:
     parts = make_chunks(data, chunks, seed=seed)
     ordered = parts.apply(data)
     adj = normalized_adjacency(ordered.edge_index, data.num_nodes, work.norm)
     ranges = [(b, b + 1) for b in range(len(work))]
-    engine = LocalEngine(work, ordered, adj, parts.bounds, ranges, Techniques(), seed, clock=clock)
-    adams = _BlockAdams(work, clock)
+    engine = LocalEngine(work, ordered, adj, parts.bounds, ranges, Techniques(), seed)
+    adams = _BlockAdams(work)
     per_epoch: dict[tuple[str, int], list[float]] = {}
     for epoch in range(warmup + repeats):
         engine.events.clear()
         resets = []
         for ex in engine.stages:  # the buffer resets of begin_epoch, timed per block
-            start = clock()
+            start = time.perf_counter()
             ex.begin_epoch(epoch)
-            resets.append(clock() - start)
+            resets.append(time.perf_counter() - start)
         engine.train_epoch(adams, epoch)
         if epoch < warmup:
             continue
@@ -192,9 +190,9 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, repeats: in
     process with each block a stage of its own, at ``chunks`` and at ``4 × chunks`` chunks (at
     most half the nodes). Per block, the medians of its per-epoch forward and backward seconds
     at the two counts give seconds per row and per chunk op (``t = rows·a + chunks·b``); its
-    Adam step and buffer resets give the per-epoch seconds. Times are CPU seconds of this thread
-    with one torch thread (what an op costs on a core of its own, however busy the machine),
-    else of the process. ``threads`` torch threads are used (the Dask ranks use one).
+    Adam step and buffer resets give the per-epoch seconds. Times are wall-clock seconds, like
+    the epochs they predict: on a machine busy with other work, profile under that same load.
+    ``threads`` torch threads are used (the Dask ranks use one).
     """
     check_inputs(model, data)
     n = data.num_nodes
@@ -208,16 +206,15 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, repeats: in
     began = time.perf_counter()
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
-    clock = time.thread_time if torch.get_num_threads() == 1 else time.process_time
     work = copy.deepcopy(model).train()
     try:
-        at_low = _measure(work, data, low, seed, warmup, repeats, clock)
+        at_low = _measure(work, data, low, seed, warmup, repeats)
         kept = _kept_bytes(at_low)
         buffers = [sum(t.numel() * t.element_size() for buf in ex.buffers.values()
                        for t in (buf.H, buf.dZ, buf.snap) if t is not None) / n
                    for ex in at_low.engine.stages]
         del at_low.engine
-        at_high = _measure(work, data, high, seed, warmup, repeats, clock)
+        at_high = _measure(work, data, high, seed, warmup, repeats)
     finally:
         torch.set_num_threads(before)
     costs = []
