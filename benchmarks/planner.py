@@ -9,8 +9,8 @@ homophily 0.8, seed 0), each uneven in its own way:
 - ``wide-head``: ``gp.models.gcnii(64, ...)`` with its classifier replaced by appended blocks, an
   MLP head ``64 → 1024 → 1024 → 8``, heavy forward and backward.
 
-``gp.plan(model, data, workers=2)`` profiles every block in this process (one torch thread),
-splits the blocks by dynamic programming and picks the chunk count by simulation. The uniform
+``gp.plan(model, data, workers=2, cluster=cluster)`` profiles the model on both Dask workers at
+once (one torch thread each, in context: the chunked epoch with one stage per block), splits the blocks by dynamic programming and picks the chunk count by simulation. The uniform
 split (``stage_ranges``: equal block counts) runs with the same chunk count, so the two differ
 only in where the stage boundary lies.
 
@@ -133,35 +133,37 @@ def busy_per_rank(timeline: Any, epochs: list[int]) -> list[float]:
 def measure(args: argparse.Namespace, kind: str, log: Any) -> dict[str, Any]:
     import gnnpipe as gp
     from gnnpipe.engine.local import stage_ranges
-    from gnnpipe.plan import predict, profile_model
+    from gnnpipe.plan import predict
+    from gnnpipe.plan.profile import profile_on_workers
 
     features, head = MODELS[kind]
     if args.quick:
         features, head = min(features, 200), head // 8
     data = graph(args.nodes, features)
     model = build(features, head, args.layers)
-    began = time.perf_counter()
-    plan = gp.plan(model, data, workers=WORKERS)
-    plan_s = time.perf_counter() - began
-    log(f"plan in {plan_s:.1f}s:\n{plan}")
-    splits = {"uniform": [tuple(r) for r in stage_ranges(len(model), WORKERS)],
-              "planned": [tuple(r) for r in plan.ranges]}
-    predicted = {}
-    for name, ranges in splits.items():
-        tl = plan.predict(ranges)
-        busy = tl.df[tl.df["kind"].isin(["forward", "backward"])]
-        predicted[name] = {"epoch_s": tl.makespan(),
-                           "busy_s": (busy["end"] - busy["start"]).groupby(busy["rank"]).sum()
-                           .tolist()}
     runs = []
     timed = list(range(WARMUP, WARMUP + args.epochs))
     sessions = session_workers(WORKERS) if args.sessions else contextlib.nullcontext(None)
     with sessions as address, gp.Cluster(n_workers=WORKERS, address=address) as cluster:
         cluster.client.wait_for_workers(WORKERS, timeout=120)
+        began = time.perf_counter()
+        plan = gp.plan(model, data, workers=WORKERS, cluster=cluster)
+        plan_s = time.perf_counter() - began
+        log(f"plan in {plan_s:.1f}s:\n{plan}")
+        splits = {"uniform": [tuple(r) for r in stage_ranges(len(model), WORKERS)],
+                  "planned": [tuple(r) for r in plan.ranges]}
+        predicted = {}
+        for name, ranges in splits.items():
+            tl = plan.predict(ranges)
+            busy = tl.df[tl.df["kind"].isin(["forward", "backward"])]
+            predicted[name] = {"epoch_s": tl.makespan(),
+                               "busy_s": (busy["end"] - busy["start"]).groupby(busy["rank"])
+                               .sum().tolist()}
         for rnd in range(args.rounds):
             # The machine's speed drifts between minutes; a profile taken just before each
             # round separates the cost model's error from that drift.
-            fresh = plan.profile if rnd == 0 else profile_model(model, data, 4 * WORKERS)
+            fresh = (plan.profile if rnd == 0
+                     else profile_on_workers(cluster, WORKERS, model, data, 4 * WORKERS))
             now = {name: predict(fresh, ranges, plan.chunks).makespan()
                    for name, ranges in splits.items()}
             order = ("uniform", "planned") if rnd % 2 == 0 else ("planned", "uniform")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import math
 
@@ -12,7 +13,7 @@ import torch
 
 import gnnpipe as gp
 from gnnpipe.cli import main
-from gnnpipe.plan import chunk_candidates, parse_bytes, profile_model, split_stages
+from gnnpipe.plan import Profile, chunk_candidates, parse_bytes, profile_model, split_stages
 
 
 def _splits(n: int, stages: int):
@@ -213,3 +214,21 @@ def test_cli_plan_prints_the_plan(capsys):
                  "--workers", "2", "--memory-limit", "1GB", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "Plan: 2 stages" in out and "memory limit 1 GB" in out
+
+
+def test_profile_mean_averages_the_timings(profile):
+    doubled = dataclasses.replace(profile, blocks=tuple(
+        dataclasses.replace(b, forward_s=3 * b.forward_s, step_s=3 * b.step_s)
+        for b in profile.blocks))
+    mean = Profile.mean([profile, doubled])
+    for m, b in zip(mean.blocks, profile.blocks):
+        assert m.forward_s == pytest.approx(2 * b.forward_s)
+        assert m.step_s == pytest.approx(2 * b.step_s)
+        assert m.backward_s == pytest.approx(b.backward_s) and m.param_bytes == b.param_bytes
+
+
+def test_plan_profiles_on_the_cluster_workers(cluster, model, small_graph):
+    planned = gp.plan(model, small_graph, 2, cluster=cluster, repeats=1)
+    assert planned.ranges[0][0] == 0 and planned.ranges[-1][1] == len(model)
+    assert planned.profile.num_nodes == small_graph.num_nodes
+    assert all(b.forward_s > 0 and b.backward_s > 0 for b in planned.profile.blocks)

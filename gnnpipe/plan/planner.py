@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 from torch_geometric.data import Data
 
 from gnnpipe.events import Timeline
 from gnnpipe.models import LayerStack
-from gnnpipe.plan.profile import Profile, check_inputs, profile_model
+from gnnpipe.plan.profile import Profile, check_inputs, profile_model, profile_on_workers
 from gnnpipe.plan.stages import Fits, split_stages
 from gnnpipe.plan.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
 from gnnpipe.schedule import gnnpipe as gnnpipe_schedule
@@ -138,8 +139,8 @@ class Plan:
 
 def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str | None = None,
          bandwidth: float | str | None = None, *, chunks: int | Sequence[int] | None = None,
-         profile: Profile | None = None, latency: float = DEFAULT_LATENCY, seed: int = 0,
-         repeats: int = 3) -> Plan:
+         profile: Profile | None = None, cluster: Any = None, latency: float = DEFAULT_LATENCY,
+         seed: int = 0, repeats: int = 3) -> Plan:
     """Choose stage boundaries and the chunk count for a ``workers``-stage pipeline.
 
     Profiles ``model`` on ``data`` (unless ``profile`` is given), then for every candidate chunk
@@ -157,6 +158,10 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
             :data:`DEFAULT_BANDWIDTH`.
         chunks: a chunk count or counts to consider; default :func:`chunk_candidates`.
         profile: reuse a :func:`profile_model` result.
+        cluster: profile on this cluster's first ``workers`` workers, all at once, as the stages
+            will run (a ``gp.Cluster``, ``distributed.Client`` or scheduler address): the ops
+            then pay for the workers sharing memory bandwidth and caches, which this process
+            alone does not see; the workers' profiles are averaged. Default: in this process.
         latency: seconds per message besides its bytes.
         seed: seeds the sample chunking.
         repeats: profiled epochs at each of the profiler's two chunk counts (medians are used).
@@ -173,7 +178,10 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
                          for c in counts):
         raise ValueError(f"chunks: expected counts from 1 to {n} (the graph's nodes), "
                          f"got {chunks!r}")
-    if profile is None:
+    if profile is None and cluster is not None:
+        profile = profile_on_workers(cluster, workers, model, data, 4 * workers,
+                                     repeats=repeats, seed=seed)
+    elif profile is None:
         profile = profile_model(model, data, 4 * workers, repeats=repeats, seed=seed)
     elif len(profile.blocks) != len(model) or profile.num_nodes != n:
         raise ValueError("profile: it was measured for another model or graph")

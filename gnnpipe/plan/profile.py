@@ -10,10 +10,13 @@ separate the seconds per row from the seconds every chunk op costs whatever its 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import torch
@@ -83,6 +86,18 @@ class Profile:
     def chunk_overhead(self) -> float:
         """Seconds one chunk costs forward plus backward through the whole model besides its rows."""
         return sum(b.forward_fixed_s + b.backward_fixed_s for b in self.blocks)
+
+    @classmethod
+    def mean(cls, profiles: Sequence[Profile]) -> Profile:
+        """Average of profiles of the same model and graph (e.g. one from each worker)."""
+        first = profiles[0]
+        timed = ("forward_s", "backward_s", "forward_fixed_s", "backward_fixed_s", "step_s")
+        blocks = tuple(dataclasses.replace(b, **{f: statistics.fmean(getattr(p.blocks[i], f)
+                                                                       for p in profiles)
+                                                  for f in timed})
+                       for i, b in enumerate(first.blocks))
+        return dataclasses.replace(first, blocks=blocks,
+                                   seconds=max(p.seconds for p in profiles))
 
     def to_frame(self) -> pd.DataFrame:
         """One row per block, with per-epoch seconds (one chunk) and bytes at this graph's size."""
@@ -249,3 +264,27 @@ def check_inputs(model: LayerStack, data: Data) -> None:
     if data.x.size(1) != model.in_dim:
         raise ValueError(f"model: its input width {model.in_dim} does not match data.x's "
                          f"{data.x.size(1)} features")
+
+
+def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data,
+                       chunks: int = 8, **kwargs: Any) -> Profile:
+    """:func:`profile_model` on ``workers`` Dask workers at once, averaged: the ops are timed
+    while the workers share the machine as the pipeline's stages will."""
+    from gnnpipe.runtime.cluster import resolve
+
+    check_inputs(model, data)
+    handle, owned = resolve(cluster, workers)
+    try:
+        addresses = handle.ready(workers)
+        if len(addresses) < workers:
+            raise ValueError(f"cluster: profiling on {workers} workers, the cluster has "
+                             f"{len(addresses)}")
+        client = handle.client
+        shipped = client.scatter([model, data], broadcast=True, hash=False)
+        futures = [client.submit(profile_model, *shipped, chunks, threads=handle.threads_per_worker,
+                                 workers=[w], allow_other_workers=False, pure=False, **kwargs)
+                   for w in addresses[:workers]]
+        return Profile.mean(client.gather(futures))
+    finally:
+        if owned:
+            handle.close()

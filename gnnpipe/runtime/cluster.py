@@ -37,7 +37,9 @@ class Cluster:
         else:
             if n_workers < 1:
                 raise ValueError(f"n_workers: expected at least 1 worker, got {n_workers}")
-            kwargs.setdefault("silence_logs", logging.ERROR)
+            # Rank errors reach the caller as RankFailure; worker logs at shutdown (heartbeats to a
+            # scheduler already closed) would only be noise.
+            kwargs.setdefault("silence_logs", logging.CRITICAL)
             self._local = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                                        host=host, dashboard_address=f"{host}:0", **kwargs)
             self.client = Client(self._local)
