@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import math
 
@@ -216,15 +215,17 @@ def test_cli_plan_prints_the_plan(capsys):
     assert "Plan: 2 stages" in out and "memory limit 1 GB" in out
 
 
-def test_profile_mean_averages_the_timings(profile):
-    doubled = dataclasses.replace(profile, blocks=tuple(
-        dataclasses.replace(b, forward_s=3 * b.forward_s, step_s=3 * b.step_s)
-        for b in profile.blocks))
-    mean = Profile.mean([profile, doubled])
-    for m, b in zip(mean.blocks, profile.blocks):
-        assert m.forward_s == pytest.approx(2 * b.forward_s)
-        assert m.step_s == pytest.approx(2 * b.step_s)
-        assert m.backward_s == pytest.approx(b.backward_s) and m.param_bytes == b.param_bytes
+def test_profile_of_slices_joins_into_a_whole(model, small_graph):
+    halves = [profile_model(model, small_graph, chunks=4, blocks=r, repeats=1)
+              for r in ((0, 3), (3, len(model)))]
+    whole = Profile.join(halves)
+    assert [b.index for b in whole.blocks] == list(range(len(model)))
+    assert [b.param_bytes for b in whole.blocks] == [
+        sum(p.numel() * 4 for p in block.parameters()) for block in model.blocks]
+    with pytest.raises(ValueError, match="consecutive block ranges"):
+        Profile.join(halves[::-1])
+    with pytest.raises(ValueError, match="blocks: expected a range"):
+        profile_model(model, small_graph, blocks=(3, 3))
 
 
 def test_plan_profiles_on_the_cluster_workers(cluster, model, small_graph):

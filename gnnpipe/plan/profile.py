@@ -1,16 +1,19 @@
 """Per-block costs measured in context: the chunked epoch run in this process, one stage per block.
 
 Timing a block alone, over and over on one chunk, keeps its buffers hot in the CPU caches and
-under-predicts a real pipeline by 2-3×. Here the whole model runs GNNPipe's chunked epoch with
-every block a stage of its own (:class:`~gnnpipe.engine.local.LocalEngine`), so each op meets
-the same buffers, chunk order and memory traffic it meets on a pipeline rank. Two chunk counts
-separate the seconds per row from the seconds every chunk op costs whatever its size.
+under-predicts a real pipeline by 2-3×. Here the model (or a slice of it) runs GNNPipe's
+chunked epoch with every block a stage of its own (a
+:class:`~gnnpipe.engine.chunked.StageExecutor` each), so each op meets the same buffers, chunk
+order and memory traffic it meets on a pipeline rank. Two chunk counts separate the seconds per
+row from the seconds every chunk op costs whatever its size. :func:`profile_on_workers` runs
+the slices of a uniform split on the Dask workers at once, as the stages will run.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 import statistics
 import time
@@ -24,9 +27,8 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe import datasets
-from gnnpipe.engine.chunked import Techniques
+from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
 from gnnpipe.engine.graph import normalized_adjacency
-from gnnpipe.engine.local import LocalEngine
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk as make_chunks
 
@@ -88,16 +90,12 @@ class Profile:
         return sum(b.forward_fixed_s + b.backward_fixed_s for b in self.blocks)
 
     @classmethod
-    def mean(cls, profiles: Sequence[Profile]) -> Profile:
-        """Average of profiles of the same model and graph (e.g. one from each worker)."""
-        first = profiles[0]
-        timed = ("forward_s", "backward_s", "forward_fixed_s", "backward_fixed_s", "step_s")
-        blocks = tuple(dataclasses.replace(b, **{f: statistics.fmean(getattr(p.blocks[i], f)
-                                                                       for p in profiles)
-                                                  for f in timed})
-                       for i, b in enumerate(first.blocks))
-        return dataclasses.replace(first, blocks=blocks,
-                                   seconds=max(p.seconds for p in profiles))
+    def join(cls, parts: Sequence[Profile]) -> Profile:
+        """One profile from profiles of consecutive block ranges of the same model and graph."""
+        blocks = tuple(b for p in parts for b in p.blocks)
+        if [b.index for b in blocks] != list(range(len(blocks))):
+            raise ValueError("parts: expected profiles of consecutive block ranges from block 0")
+        return dataclasses.replace(parts[0], blocks=blocks, seconds=max(p.seconds for p in parts))
 
     def to_frame(self) -> pd.DataFrame:
         """One row per block, with per-epoch seconds (one chunk) and bytes at this graph's size."""
@@ -107,99 +105,107 @@ class Profile:
         return frame
 
 
-class _BlockAdams:
-    """One Adam per block, stepped and timed one by one (``LocalEngine`` calls ``step`` once an
-    epoch as it would a single optimizer)."""
+class _SliceBench:
+    """Blocks ``start:stop`` as one-block stages over the chunks of the real graph: the chunked
+    epoch, forward in the epoch's chunk order and backward in reverse, each op timed."""
 
-    def __init__(self, model: LayerStack) -> None:
+    def __init__(self, work: LayerStack, data: Data, chunks: int, start: int, stop: int,
+                 seed: int) -> None:
+        parts = make_chunks(data, chunks, seed=seed)
+        self.data = ordered = parts.apply(data)
+        self.bounds = [int(b) for b in parts.bounds]
+        self.seed, self.start, self.stop = seed, start, stop
+        adj = normalized_adjacency(ordered.edge_index, data.num_nodes, work.norm)
+        self.executors = [StageExecutor(work, b, b + 1, adj, self.bounds, Techniques(), seed,
+                                        input_grad=b > 0) for b in range(start, stop)]
         self.optimizers = [torch.optim.Adam(params, lr=1e-3) if params else None
-                           for params in (list(b.parameters()) for b in model.blocks)]
-        self.seconds: list[list[float]] = [[] for _ in model.blocks]
+                           for params in (list(work.blocks[b].parameters())
+                                          for b in range(start, stop))]
+        gen = torch.Generator().manual_seed(seed)
+        spans = list(itertools.pairwise(self.bounds))
+        # A slice that does not start the model gets random inputs of the right widths, one
+        # that does not end it unit output gradients: the values do not change op costs.
+        self.inputs = [[ordered.x[lo:hi]] if start == 0 else
+                       [torch.randn(hi - lo, w, generator=gen) for w in work.boundary_widths(start)]
+                       for lo, hi in spans]
+        self.out_grads = (None if stop == len(work) else
+                          [[torch.ones(hi - lo, w) for w in work.boundary_widths(stop)]
+                           for lo, hi in spans])
+        self.num_train = max(int(ordered.train_mask.sum()), 1)
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for opt in self.optimizers:
-            if opt is not None:
-                opt.zero_grad(set_to_none=set_to_none)
+    def target(self, c: int, k: int) -> tuple[Tensor, Tensor, int] | None:
+        if self.out_grads is not None or k < len(self.executors) - 1:
+            return None
+        lo, hi = self.bounds[c], self.bounds[c + 1]
+        return self.data.y[lo:hi], self.data.train_mask[lo:hi], self.num_train
 
-    def step(self) -> None:
-        for b, opt in enumerate(self.optimizers):
+    def epoch(self, epoch: int) -> dict[str, list[float]]:
+        """One epoch; seconds per block of its forwards, backwards and of its step + resets."""
+        n = len(self.executors)
+        took = {"forward": [0.0] * n, "backward": [0.0] * n, "step": [0.0] * n}
+        for k, ex in enumerate(self.executors):
+            start = time.perf_counter()
+            ex.begin_epoch(epoch)
+            took["step"][k] += time.perf_counter() - start
+        order = chunk_order(len(self.bounds) - 1, self.seed, epoch, random_order=True)
+        for c in order:
+            tensors = self.inputs[c]
+            for k, ex in enumerate(self.executors):
+                start = time.perf_counter()
+                tensors = ex.forward(c, tensors, self.target(c, k))
+                took["forward"][k] += time.perf_counter() - start
+        for c in reversed(order):
+            grads = None if self.out_grads is None else self.out_grads[c]
+            for k in range(n - 1, -1, -1):
+                start = time.perf_counter()
+                grads = self.executors[k].backward(c, grads)
+                took["backward"][k] += time.perf_counter() - start
+        for k, opt in enumerate(self.optimizers):
             start = time.perf_counter()
             if opt is not None:
                 opt.step()
-            self.seconds[b].append(time.perf_counter() - start)
+                opt.zero_grad(set_to_none=True)
+            took["step"][k] += time.perf_counter() - start
+        return took
+
+    def kept_bytes(self) -> list[float]:
+        """Bytes per row each block keeps from a chunk's forward to its backward: what autograd
+        saves, plus the received inputs its executor holds."""
+        lo, hi = self.bounds[0], self.bounds[1]
+        tensors, out = self.inputs[0], []
+        for k, ex in enumerate(self.executors):
+            kept: dict[tuple, int] = {}
+
+            def pack(t: Tensor, kept: dict[tuple, int] = kept) -> Tensor:
+                kept[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
+                return t
+
+            if ex.start > 0:
+                for t in tensors:
+                    pack(t)
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                tensors = ex.forward(0, tensors, self.target(0, k))
+            ex.saved.clear()
+            out.append(sum(kept.values()) / (hi - lo))
+        return out
+
+    def buffer_bytes(self) -> list[float]:
+        n = self.data.num_nodes
+        return [sum(t.numel() * t.element_size() for buf in ex.buffers.values()
+                    for t in (buf.H, buf.dZ, buf.snap) if t is not None) / n
+                for ex in self.executors]
 
 
-@dataclass
-class _Measured:
-    """Per block, median seconds per epoch forward, backward and step at one chunk count."""
-
-    chunks: int
-    forward: list[float]
-    backward: list[float]
-    step: list[float]
-    engine: LocalEngine
+def _medians(bench: _SliceBench, warmup: int, repeats: int) -> dict[str, list[float]]:
+    epochs = [bench.epoch(e) for e in range(warmup + repeats)][warmup:]
+    return {kind: [statistics.median(e[kind][k] for e in epochs)
+                   for k in range(len(bench.executors))] for kind in epochs[0]}
 
 
-def _measure(work: LayerStack, data: Data, chunks: int, seed: int, warmup: int,
-             repeats: int) -> _Measured:
-    parts = make_chunks(data, chunks, seed=seed)
-    ordered = parts.apply(data)
-    adj = normalized_adjacency(ordered.edge_index, data.num_nodes, work.norm)
-    ranges = [(b, b + 1) for b in range(len(work))]
-    engine = LocalEngine(work, ordered, adj, parts.bounds, ranges, Techniques(), seed)
-    adams = _BlockAdams(work)
-    per_epoch: dict[tuple[str, int], list[float]] = {}
-    for epoch in range(warmup + repeats):
-        engine.events.clear()
-        resets = []
-        for ex in engine.stages:  # the buffer resets of begin_epoch, timed per block
-            start = time.perf_counter()
-            ex.begin_epoch(epoch)
-            resets.append(time.perf_counter() - start)
-        engine.train_epoch(adams, epoch)
-        if epoch < warmup:
-            continue
-        for e in engine.events:
-            key = (e.kind, e.stage)
-            per_epoch.setdefault(key, [0.0] * repeats)[epoch - warmup] += e.end - e.start
-        for b, seconds in enumerate(resets):
-            per_epoch.setdefault(("reset", b), []).append(seconds)
-    median = {k: statistics.median(v) for k, v in per_epoch.items()}
-    steps = [statistics.median(s[warmup:]) + median[("reset", b)] for b, s in enumerate(adams.seconds)]
-    blocks = range(len(work))
-    return _Measured(chunks, [median[("forward", b)] for b in blocks],
-                     [median[("backward", b)] for b in blocks], steps, engine)
-
-
-def _kept_bytes(measured: _Measured) -> list[float]:
-    """Bytes per row each block keeps from a chunk's forward to its backward: what autograd
-    saves, plus the received inputs its executor holds."""
-    engine, out = measured.engine, []
-    lo, hi = engine.bounds[0], engine.bounds[1]
-    ordered = engine.data
-    tensors: list[Tensor] = [ordered.x[lo:hi]]
-    for b, ex in enumerate(engine.stages):
-        kept: dict[tuple, int] = {}
-
-        def pack(t: Tensor, kept: dict[tuple, int] = kept) -> Tensor:
-            kept[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
-            return t
-
-        if b > 0:
-            for t in tensors:
-                pack(t)
-        last = b == len(engine.stages) - 1
-        target = (ordered.y[lo:hi], ordered.train_mask[lo:hi], engine.num_train) if last else None
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            tensors = ex.forward(0, tensors, target)
-        ex.saved.clear()
-        out.append(sum(kept.values()) / (hi - lo))
-    return out
-
-
-def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, repeats: int = 3,
-                  warmup: int = 1, seed: int = 0, threads: int | None = 1) -> Profile:
-    """Measure every block's costs inside GNNPipe's chunked epoch on the real graph.
+def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
+                  blocks: tuple[int, int] | None = None, repeats: int = 3, warmup: int = 1,
+                  seed: int = 0, threads: int | None = 1) -> Profile:
+    """Measure the blocks' costs inside GNNPipe's chunked epoch on the real graph.
 
     A copy of ``model`` (its weights stay untouched) trains ``warmup + repeats`` epochs in this
     process with each block a stage of its own, at ``chunks`` and at ``4 × chunks`` chunks (at
@@ -207,7 +213,10 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, repeats: in
     at the two counts give seconds per row and per chunk op (``t = rows·a + chunks·b``); its
     Adam step and buffer resets give the per-epoch seconds. Times are wall-clock seconds, like
     the epochs they predict: on a machine busy with other work, profile under that same load.
-    ``threads`` torch threads are used (the Dask ranks use one).
+
+    Args:
+        blocks: profile only blocks ``start:stop`` (default: all); the profile then holds those.
+        threads: torch threads while profiling (the Dask ranks use one).
     """
     check_inputs(model, data)
     n = data.num_nodes
@@ -216,6 +225,9 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, repeats: in
     for name, value in (("repeats", repeats), ("chunks", chunks)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    start, stop = blocks or (0, len(model))
+    if not 0 <= start < stop <= len(model):
+        raise ValueError(f"blocks: expected a range within 0-{len(model)}, got {blocks!r}")
     low = min(chunks, n // 4)
     high = min(4 * low, n // 2)
     began = time.perf_counter()
@@ -223,26 +235,26 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *, repeats: in
     torch.set_num_threads(threads or before)
     work = copy.deepcopy(model).train()
     try:
-        at_low = _measure(work, data, low, seed, warmup, repeats)
-        kept = _kept_bytes(at_low)
-        buffers = [sum(t.numel() * t.element_size() for buf in ex.buffers.values()
-                       for t in (buf.H, buf.dZ, buf.snap) if t is not None) / n
-                   for ex in at_low.engine.stages]
-        del at_low.engine
-        at_high = _measure(work, data, high, seed, warmup, repeats)
+        bench = _SliceBench(work, data, low, start, stop, seed)
+        at_low = _medians(bench, warmup, repeats)
+        kept, buffers = bench.kept_bytes(), bench.buffer_bytes()
+        del bench  # frees its buffers before the second chunking allocates its own
+        at_high = _medians(_SliceBench(work, data, high, start, stop, seed), warmup, repeats)
     finally:
         torch.set_num_threads(before)
     costs = []
-    for b, block in enumerate(model.blocks):
+    for k, b in enumerate(range(start, stop)):
+        block = model.blocks[b]
         (fwd, fwd_fixed), (bwd, bwd_fixed) = (
-            _per_row_and_chunk(lo_s[b], hi_s[b], low, high, n)
-            for lo_s, hi_s in ((at_low.forward, at_high.forward), (at_low.backward, at_high.backward)))
+            _per_row_and_chunk(at_low[kind][k], at_high[kind][k], low, high, n)
+            for kind in ("forward", "backward"))
         params = sum(p.numel() * p.element_size() for p in block.parameters())
         costs.append(BlockCost(
             index=b, name=type(block).__name__, aggregates=block.aggregates,
             out_dim=block.out_dim, forward_s=fwd, backward_s=bwd, forward_fixed_s=fwd_fixed,
-            backward_fixed_s=bwd_fixed, step_s=statistics.median([at_low.step[b], at_high.step[b]]),
-            activation_bytes=kept[b], buffer_bytes=buffers[b], param_bytes=params,
+            backward_fixed_s=bwd_fixed,
+            step_s=statistics.median([at_low["step"][k], at_high["step"][k]]),
+            activation_bytes=kept[k], buffer_bytes=buffers[k], param_bytes=params,
             optimizer_bytes=2 * params))
     cuts = tuple(sum(model.boundary_widths(j)) * BYTES_PER_VALUE for j in range(1, len(model)))
     return Profile(tuple(costs), n, (low, high), cuts, time.perf_counter() - began)
@@ -268,8 +280,10 @@ def check_inputs(model: LayerStack, data: Data) -> None:
 
 def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data,
                        chunks: int = 8, **kwargs: Any) -> Profile:
-    """:func:`profile_model` on ``workers`` Dask workers at once, averaged: the ops are timed
-    while the workers share the machine as the pipeline's stages will."""
+    """:func:`profile_model` on ``workers`` Dask workers at once, each timing the blocks of one
+    stage of the uniform split: every op is timed while the workers share the machine (memory
+    bandwidth, caches) and each holds a stage's share of buffers, as in the pipeline."""
+    from gnnpipe.engine.local import stage_ranges
     from gnnpipe.runtime.cluster import resolve
 
     check_inputs(model, data)
@@ -281,10 +295,11 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
                              f"{len(addresses)}")
         client = handle.client
         shipped = client.scatter([model, data], broadcast=True, hash=False)
-        futures = [client.submit(profile_model, *shipped, chunks, threads=handle.threads_per_worker,
-                                 workers=[w], allow_other_workers=False, pure=False, **kwargs)
-                   for w in addresses[:workers]]
-        return Profile.mean(client.gather(futures))
+        futures = [client.submit(profile_model, *shipped, chunks, blocks=blocks,
+                                 threads=handle.threads_per_worker, workers=[w],
+                                 allow_other_workers=False, pure=False, **kwargs)
+                   for w, blocks in zip(addresses, stage_ranges(len(model), workers))]
+        return Profile.join(client.gather(futures))
     finally:
         if owned:
             handle.close()
