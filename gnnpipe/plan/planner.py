@@ -158,10 +158,11 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
             :data:`DEFAULT_BANDWIDTH`.
         chunks: a chunk count or counts to consider; default :func:`chunk_candidates`.
         profile: reuse a :func:`profile_model` result.
-        cluster: profile on this cluster's first ``workers`` workers, all at once, as the stages
-            will run (a ``gp.Cluster``, ``distributed.Client`` or scheduler address): the ops
-            then pay for the workers sharing memory bandwidth and caches, which this process
-            alone does not see; the workers' profiles are averaged. Default: in this process.
+        cluster: profile on this cluster's first ``workers`` workers, all at once, each the
+            blocks of one stage of the uniform split (a ``gp.Cluster``, ``distributed.Client``
+            or scheduler address): the ops then pay for the workers sharing memory bandwidth
+            and caches, as the stages will; the slices' profiles are joined. Default: the whole
+            model in this process.
         latency: seconds per message besides its bytes.
         seed: seeds the sample chunking.
         repeats: profiled epochs at each of the profiler's two chunk counts (medians are used).
