@@ -24,8 +24,8 @@ class Comm:
     Args:
         rank, world: this rank and the number of ranks.
         stage, way: where this rank sits (recorded in its Timeline rows).
-        origin: ``time.perf_counter()`` value that is time zero on this rank (set after a barrier,
-            so all ranks share it to within the barrier's latency).
+        origin: ``time.perf_counter()`` value that is time zero on this rank (rank 0's, on its
+            host; see ``rank._shared_origin``).
     """
 
     rank: int

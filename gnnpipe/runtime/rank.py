@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -126,6 +127,17 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _shared_origin() -> float:
+    """Time zero of every rank's timeline, called right after a barrier. ``perf_counter`` is
+    the host's monotonic clock, shared by all its processes, so ranks on rank 0's host take rank
+    0's origin exactly; ranks on other hosts take their own barrier exit (aligned to within the
+    barrier's latency)."""
+    mine = [time.perf_counter(), socket.gethostname()]
+    theirs = list(mine)
+    dist.broadcast_object_list(theirs, src=0)
+    return theirs[0] if theirs[1] == mine[1] else mine[0]
+
+
 def run_rank(spec: JobSpec, rank: int, init_method: str) -> RankResult:
     """Entry point submitted to one Dask worker per rank."""
     module = importlib.import_module(f"gnnpipe.runtime.{spec.mode}")
@@ -138,7 +150,7 @@ def run_rank(spec: JobSpec, rank: int, init_method: str) -> RankResult:
     try:
         dist.barrier()
         stage, way = (0, rank) if spec.mode == "graph" else (rank % spec.stages, rank // spec.stages)
-        comm = Comm(rank, spec.world, stage=stage, way=way, origin=time.perf_counter())
+        comm = Comm(rank, spec.world, stage=stage, way=way, origin=_shared_origin())
         reporter = EpochReporter(spec, comm)
         state = program(spec, comm, reporter)
         dist.barrier()
