@@ -114,7 +114,7 @@ class _SliceBench:
         parts = make_chunks(data, chunks, seed=seed)
         self.data = ordered = parts.apply(data)
         self.bounds = [int(b) for b in parts.bounds]
-        self.seed, self.start, self.stop = seed, start, stop
+        self.seed = seed
         adj = normalized_adjacency(ordered.edge_index, data.num_nodes, work.norm)
         self.executors = [StageExecutor(work, b, b + 1, adj, self.bounds, Techniques(), seed,
                                         input_grad=b > 0) for b in range(start, stop)]
