@@ -179,6 +179,8 @@ class Dashboard(param.Parameterized):
             matrix.update(comm)
             kinds.update(comm)
             per_epoch.update(hist)
+            if session.final is not None:  # the run ended: this was the last update
+                layout._gnnpipe_callback.stop()
 
         layout = pn.Column(header, *cards, sizing_mode="stretch_width")
         if session.final is None:
