@@ -183,6 +183,8 @@ class StageExecutor:
         self.rows = [adj.rows(self.bounds[c], self.bounds[c + 1]) for c in range(len(self.bounds) - 1)]
         self.techniques, self.seed, self.recompute = techniques, seed, recompute
         self.is_last = stop == len(model)
+        # tensors handed to the next stage: h, plus h0 only while a later block still needs it
+        self.num_outputs = 1 if self.is_last else len(model.boundary_widths(stop))
         self.buffers: dict[int, LayerBuffers] = {}
         self.saved: dict[int, _Saved] = {}
         self.epoch = 0
@@ -223,7 +225,7 @@ class StageExecutor:
         if target is not None:
             y, mask, num_train = target
             return [chunk_loss(h, y, mask, num_train)]
-        return [h] if h0 is None else [h, h0]
+        return [h, h0][:self.num_outputs] if h0 is not None else [h]
 
     def forward(self, chunk: int, inputs: list[Tensor],
                 target: tuple[Tensor, Tensor, int] | None = None) -> list[Tensor]:

@@ -4,6 +4,7 @@ byte counters equal to the formulas."""
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -39,6 +40,20 @@ def test_pipeline_equals_local_with_dropout(cluster, small_graph, gcnii):
     predicted = gp.comm_volume(gcnii, small_graph, "pipeline", stages=2)
     assert (pipe.history["comm_bytes"] == predicted).all()
     assert _training_bytes(pipe) == EPOCHS * predicted
+
+
+def test_pipeline_with_one_block_end_stages_equals_local(cluster, small_graph, gcnii):
+    """Stages holding only the input projection or only the classifier (splits a plan may
+    choose): ``h0`` crosses the first boundary, not the last one."""
+    ranges = [(0, 1), (1, len(gcnii) - 1), (len(gcnii) - 1, len(gcnii))]
+    plan = SimpleNamespace(ranges=ranges, chunks=4)  # train reads a plan's ranges and chunks
+    local = gp.train(copy.deepcopy(gcnii), small_graph, "local", plan=plan, epochs=3,
+                     progress=False)
+    pipe = gp.train(copy.deepcopy(gcnii), small_graph, "pipeline", plan=plan, epochs=3,
+                    cluster=cluster, progress=False, timeout=60)
+    assert _rel(pipe.history["loss"], local.history["loss"]) < 1e-5
+    predicted = gp.comm_volume(gcnii, small_graph, "pipeline", ranges=ranges)
+    assert _training_bytes(pipe) == 3 * predicted
 
 
 def test_pipeline_returns_trained_weights(cluster, small_graph, gcnii):
