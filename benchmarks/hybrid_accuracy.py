@@ -18,12 +18,11 @@ Writes ``benchmarks/results/hybrid_accuracy.{json,md}``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import time
-from pathlib import Path
 from typing import Any
+
+from _common import RESULTS, utc_now, write_results
 
 GCNII = {"hidden": 64, "layers": 32, "alpha": 0.1, "theta": 0.5, "dropout": 0.6}
 OPTIM = {"lr": 0.01, "weight_decay": 5e-4, "gnn_weight_decay": 0.01, "seed": 0}
@@ -86,8 +85,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     epochs = 5 if args.quick else args.epochs
-    env = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "torch": torch.__version__, "load": os.getloadavg()}
+    env = {"date": utc_now(), "torch": torch.__version__, "load": os.getloadavg()}
     rows = []
     for mode in args.modes:
         rows.append(train(mode, epochs))
@@ -95,9 +93,8 @@ def main() -> None:
     text = markdown(rows, env, epochs)
     print(text)
     if not args.quick:
-        out = Path(__file__).parent / "results"
-        (out / "hybrid_accuracy.json").write_text(json.dumps({"env": env, "rows": rows}, indent=2))
-        (out / "hybrid_accuracy.md").write_text(text)
+        write_results(RESULTS, "hybrid_accuracy", {"env": env, "rows": rows}, text, indent=2,
+                      end="")
 
 
 if __name__ == "__main__":

@@ -29,17 +29,22 @@ Writes ``benchmarks/results/local_vs_single.json`` (raw numbers, environment) an
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
-import platform
 import resource
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
+
+from _common import (
+    add_output_args,
+    environment,
+    finish,
+    output_dir,
+    payload,
+    rss_mb,
+    run_child,
+    serve_child,
+    write_results,
+)
 
 MODELS = ("gcnii", "gcn")
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -52,11 +57,6 @@ HIDDEN, DROPOUT, SKIP = 64, 0.5, 2
 
 
 # --------------------------------------------------------------------------- child process
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
-
-
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
     """Build graph and model, train ``epochs`` epochs with ``gp.train``; report times and memory."""
     import torch
@@ -86,7 +86,7 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     widths = [b.out_dim for b in model.blocks if getattr(b, "aggregates", False)]
     buffers_mb = 3 * sum(widths) * data.num_nodes * 4 / 2**20
     kw = {k: v for k, v in CONFIGS[cfg["config"]].items() if k != "mode"}
-    rss_before = _rss_mb()
+    rss_before = rss_mb()
     start = time.perf_counter()
     run = gp.train(model, data, CONFIGS[cfg["config"]]["mode"], epochs=cfg["epochs"],
                    progress=False, **kw)
@@ -101,26 +101,7 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
             "torch_threads": torch.get_num_threads()}
 
 
-def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run one configuration in a fresh interpreter; its last stdout line is the JSON result."""
-    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)],
-                          check=False, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"child {cfg} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 # --------------------------------------------------------------------------- parent
-def environment(threads: int) -> dict[str, Any]:
-    import torch
-
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    return {"torch": torch.__version__, "python": platform.python_version(), "threads": threads,
-            "cpu": cpu, "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-
-
 def summarize(results: list[dict[str, Any]]) -> Any:
     import pandas as pd
 
@@ -185,12 +166,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3, help=f"epochs per child (first {SKIP} dropped)")
     ap.add_argument("--rounds", type=int, default=2, help="fresh children per configuration")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
-    ap.add_argument("--quick", action="store_true", help="tiny smoke test; writes no files")
-    ap.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
+    add_output_args(ap, child=True)
     args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    if serve_child(args, child):
         return
     import torch
 
@@ -199,29 +177,25 @@ def main() -> None:
         args.nodes, args.layers, args.epochs, args.rounds = 2_000, 4, 3, 1
     if args.epochs <= SKIP:
         ap.error(f"--epochs must exceed {SKIP} (the first {SKIP} are dropped)")
-    out = args.out or (None if args.quick else Path(__file__).parent / "results")
+    out = output_dir(args)
 
-    env, results, start = environment(args.threads), [], time.perf_counter()
+    env, results, start = environment(threads=args.threads), [], time.perf_counter()
     for rnd in range(args.rounds):
         for name in MODELS:
             for config in CONFIGS if rnd % 2 == 0 else list(CONFIGS)[::-1]:
                 cfg = {"model": name, "config": config, "round": rnd, "nodes": args.nodes,
                        "layers": args.layers, "epochs": args.epochs, "threads": args.threads}
-                r = run_child(cfg)
+                r = run_child(__file__, cfg)
                 results.append(r)
                 print(f"[{time.perf_counter() - start:5.0f}s] round {rnd} {name:5s} {config:22s} "
                       f"median {r['median_epoch_s']:.2f}s (CPU {r['median_cpu_s']:.2f}s)  peak {r['peak_rss_mb']:.0f} MB  "
                       f"increment {r['increment_mb']:.0f} MB", flush=True)
-    env["loadavg_end"], env["wall_s"] = os.getloadavg(), time.perf_counter() - start
+    finish(env, start)
     df = summarize(results)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        payload = {"environment": env, "summary": df.to_dict(orient="records"), "runs": results,
-                   "args": {k: str(v) for k, v in vars(args).items() if k != "child"}}
-        (out / "local_vs_single.json").write_text(json.dumps(payload, indent=1) + "\n")
-        (out / "local_vs_single.md").write_text(markdown(df, env, args))
-        print(f"wrote {out / 'local_vs_single.json'} and {out / 'local_vs_single.md'}")
+        write_results(out, "local_vs_single", payload(env, df, results, args),
+                      markdown(df, env, args))
 
 
 if __name__ == "__main__":

@@ -30,20 +30,23 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime as dt
 import gc
-import json
 import math
-import os
-import platform
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from _common import (
+    add_output_args,
+    environment,
+    finish,
+    output_dir,
+    run_child,
+    serve_child,
+    write_results,
+)
 
 import gnnpipe as gp
 
@@ -107,21 +110,13 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     return summarize_run(run, cfg, {0: peak_rss()})
 
 
-def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)],
-                          check=False, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"child {cfg} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
     """Part 1: all configurations; children first, then one 4-worker cluster for the rest."""
     pairs = [("single", 1)] + [(m, r) for r in RANKS for m in ("local", "pipeline", "graph")]
     pairs += [("hybrid", 4)]  # (mode, ranks); single has no ranks
     todo = [{"model": m, "mode": mode, "ranks": r, "nodes": args.nodes, "layers": args.layers,
              "epochs": args.epochs} for m in MODELS for mode, r in pairs]
-    results = [run_child(c) for c in todo if c["mode"] in ("single", "local")]
+    results = [run_child(__file__, c) for c in todo if c["mode"] in ("single", "local")]
     for r in results:
         log(r)
     data = graph(args.nodes)
@@ -201,30 +196,19 @@ def markdown(results: list[dict[str, Any]], comm: list[dict[str, Any]], env: dic
     return "\n".join(lines) + "\n"
 
 
-def environment() -> dict[str, Any]:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    return {"torch": torch.__version__, "python": platform.python_version(), "cpu": cpu,
-            "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=50_000)
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs after 2 warm-up epochs")
-    ap.add_argument("--quick", action="store_true", help="tiny smoke test; writes nothing")
-    ap.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
+    add_output_args(ap, child=True)
     args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    if serve_child(args, child):
         return
     torch.set_num_threads(1)
     if args.quick:
         args.nodes, args.layers, args.epochs = 2_000, 4, 1
-    out = args.out or (None if args.quick else Path(__file__).parent / "results")
+    out = output_dir(args)
     env, start = environment(), time.perf_counter()
 
     def log(r: dict[str, Any]) -> None:
@@ -234,16 +218,13 @@ def main() -> None:
 
     comm = ratios(args.nodes, args.layers)
     results = measure(args, log)
-    env["loadavg_end"], env["wall_s"] = os.getloadavg(), time.perf_counter() - start
+    finish(env, start)
     text = markdown(results, comm, env, args)
     print(text)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
         payload = {"environment": env, "args": {k: str(v) for k, v in vars(args).items()},
                    "runs": results, "comm_ratio": comm}
-        (out / "modes.json").write_text(json.dumps(payload, indent=1) + "\n")
-        (out / "modes.md").write_text(text)
-        print(f"wrote {out / 'modes.json'} and {out / 'modes.md'}")
+        write_results(out, "modes", payload, text)
 
 
 if __name__ == "__main__":

@@ -33,11 +33,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import math
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -47,10 +45,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _common import add_output_args, environment, finish, output_dir, write_results
+
 HIDDEN, LAYERS, CLASSES, WARMUP, WORKERS = 64, 32, 8, 1, 2
 #: model name -> (input features, MLP head width or 0 for GCNII's own classifier)
 MODELS = {"wide-input": (2000, 0), "wide-head": (64, 1024)}
 TARGET_ERROR = 0.25
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
 
 
 def graph(nodes: int, features: int) -> Any:
@@ -269,18 +270,6 @@ def section(result: dict[str, Any], args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def environment() -> dict[str, Any]:
-    import torch
-
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    return {"torch": torch.__version__, "python": platform.python_version(), "cpu": cpu,
-            "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
-            "autogroup": Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
-            if Path("/proc/sys/kernel/sched_autogroup_enabled").exists() else "n/a",
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=15_000)
@@ -291,8 +280,7 @@ def main() -> None:
     ap.add_argument("--sessions", action="store_true",
                     help="workers in sessions of their own (dask scheduler + dask worker) instead "
                          "of a LocalCluster")
-    ap.add_argument("--quick", action="store_true", help="tiny smoke test; writes nothing")
-    ap.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
+    add_output_args(ap)
     ap.add_argument("--render", type=Path, help="rewrite the markdown of a planner.json; no runs")
     args = ap.parse_args()
     if args.render:
@@ -308,23 +296,21 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.quick:
         args.nodes, args.layers, args.epochs, args.rounds = 1_500, 4, 1, 1
-    out = args.out or (None if args.quick else Path(__file__).parent / "results")
-    env, start = environment(), time.perf_counter()
+    out = output_dir(args)
+    autogroup = AUTOGROUP.read_text().strip() if AUTOGROUP.exists() else "n/a"
+    env, start = environment(autogroup=autogroup), time.perf_counter()
 
     def log(text: str) -> None:
         print(f"[{time.perf_counter() - start:5.0f}s] {text}", flush=True)
 
     results = [measure(args, name, log) for name in args.models]
-    env["loadavg_end"], env["wall_s"] = os.getloadavg(), time.perf_counter() - start
+    finish(env, start)
     text = markdown(results, env, args)
     print(text)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
         payload = {"env": env, "args": {k: str(v) for k, v in vars(args).items()},
                    "results": results}
-        (out / "planner.json").write_text(json.dumps(payload, indent=2, default=str))
-        (out / "planner.md").write_text(text)
-        print(f"wrote {out / 'planner.json'} and {out / 'planner.md'}")
+        write_results(out, "planner", payload, text, indent=2, end="", default=str)
 
 
 if __name__ == "__main__":

@@ -24,18 +24,25 @@ Writes ``benchmarks/results/single_vs_pyg.json`` (raw numbers, environment) and 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
-import json
-import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
+
+from _common import (
+    add_output_args,
+    environment,
+    finish,
+    output_dir,
+    payload,
+    rss_mb,
+    run_child,
+    serve_child,
+    write_results,
+)
 
 MODELS = ("gcnii", "gcn")
 IMPLS = ("ours", "pyg")
@@ -44,11 +51,6 @@ DROPOUT = {"gcnii": 0.6, "gcn": 0.5}  # gnnpipe's defaults for each family, used
 
 
 # --------------------------------------------------------------------------- child process
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
-
-
 def _pyg_model(name: str, in_dim: int, out_dim: int, layers: int) -> Any:
     import torch.nn.functional as F
     from torch import nn
@@ -133,7 +135,7 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
             optimizer.step()
             return float(loss.detach())
 
-    rss_before = _rss_mb()
+    rss_before = rss_mb()
     for epoch in range(cfg["warmup"]):
         step(epoch)
     times, losses, r0 = [], [], resource.getrusage(resource.RUSAGE_SELF)
@@ -151,26 +153,13 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
             "nnz_with_self_loops": int(data.edge_index.size(1)) + data.num_nodes}
 
 
-def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run one configuration in a fresh interpreter; its last stdout line is the JSON result."""
-    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)],
-                          check=False, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"child {cfg} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 # --------------------------------------------------------------------------- parent
-def environment() -> dict[str, Any]:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
+def versions() -> dict[str, str]:
+    """torch and PyG versions, read in a separate interpreter (the parent imports neither)."""
     code = "import torch, torch_geometric as g; print(torch.__version__, g.__version__)"
-    versions = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              check=True).stdout.split()
-    return {"torch": versions[0], "torch_geometric": versions[1],
-            "python": platform.python_version(),
-            "threads": 2, "cpu": cpu, "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    torch, pyg = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True).stdout.split()
+    return {"torch": torch, "torch_geometric": pyg}
 
 
 def summarize(results: list[dict[str, Any]]) -> Any:
@@ -227,38 +216,31 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1, help="timed epochs per child (process)")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=2, help="fresh children per configuration")
-    ap.add_argument("--quick", action="store_true", help="tiny smoke test; writes no files")
-    ap.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
+    add_output_args(ap, child=True)
     args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    if serve_child(args, child):
         return
     if args.quick:
         args.nodes, args.layers, args.epochs, args.warmup, args.rounds = 2_000, 4, 2, 1, 1
-    out = args.out or (None if args.quick else Path(__file__).parent / "results")
+    out = output_dir(args)
 
-    env, results, start = environment(), [], time.perf_counter()
+    env, results, start = environment(versions(), threads=2), [], time.perf_counter()
     for rnd in range(args.rounds):
         for name in MODELS:
             for impl in IMPLS if rnd % 2 == 0 else IMPLS[::-1]:  # flip the order every round
                 cfg = {"model": name, "impl": impl, "round": rnd, "nodes": args.nodes,
                        "layers": args.layers, "epochs": args.epochs, "warmup": args.warmup}
-                r = run_child(cfg)
+                r = run_child(__file__, cfg)
                 results.append(r)
                 print(f"[{time.perf_counter() - start:5.0f}s] round {rnd} {name:5s} {impl:4s} "
                       f"median {statistics.median(r['epoch_times']):.3f}s  "
                       f"peak {r['peak_rss_mb']:.0f} MB  params {r['params']}", flush=True)
-    env["loadavg_end"], env["wall_s"] = os.getloadavg(), time.perf_counter() - start
+    finish(env, start)
     df = summarize(results)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        payload = {"environment": env, "summary": df.to_dict(orient="records"), "runs": results,
-                   "args": {k: str(v) for k, v in vars(args).items() if k != "child"}}
-        (out / "single_vs_pyg.json").write_text(json.dumps(payload, indent=1) + "\n")
-        (out / "single_vs_pyg.md").write_text(markdown(df, env, args))
-        print(f"wrote {out / 'single_vs_pyg.json'} and {out / 'single_vs_pyg.md'}")
+        write_results(out, "single_vs_pyg", payload(env, df, results, args),
+                      markdown(df, env, args))
 
 
 if __name__ == "__main__":

@@ -26,16 +26,13 @@ Writes ``benchmarks/results/techniques.json`` (per-run numbers, environment) and
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import multiprocessing as mp
-import os
-import platform
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from pathlib import Path
 from typing import Any
+
+from _common import add_output_args, environment, finish, output_dir, payload, write_results
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "all": {"mode": "local", "techniques": {}},
@@ -78,17 +75,6 @@ def run_one(name: str, seed: int, epochs: int, threads: int) -> dict[str, Any]:
             "final_loss": float(h.loss.iloc[-1]), "min_loss": float(h.loss.min()),
             "median_epoch_s": float(h.epoch_time.median()), "wall_s": time.perf_counter() - start,
             "threads": torch.get_num_threads()}
-
-
-def environment(threads: int, workers: int) -> dict[str, Any]:
-    import torch
-
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    return {"torch": torch.__version__, "python": platform.python_version(), "threads": threads,
-            "workers": workers, "cpu": cpu, "cpu_count": os.cpu_count(),
-            "loadavg_start": os.getloadavg(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
 def summarize(results: list[dict[str, Any]]) -> Any:
@@ -140,17 +126,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="tiny smoke test; writes no files")
-    ap.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
+    add_output_args(ap)
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
     if args.quick:
         args.epochs, args.seeds = 5, [0]
-    out = args.out or (None if args.quick else Path(__file__).parent / "results")
+    out = output_dir(args)
 
-    env, results, start = environment(args.threads, args.workers), [], time.perf_counter()
+    env = environment(threads=args.threads, workers=args.workers)
+    results, start = [], time.perf_counter()
     jobs = [(name, seed) for seed in args.seeds for name in CONFIGS]
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=mp.get_context("spawn"),
                              initializer=_init_worker, initargs=(args.threads,)) as pool:
@@ -161,17 +147,12 @@ def main() -> None:
             print(f"[{time.perf_counter() - start:6.0f}s] {r['config']:17s} seed {r['seed']}  "
                   f"test@best-val {r['test_acc']:.3f} (epoch {r['epoch']})  "
                   f"epoch {r['median_epoch_s']:.3f}s", flush=True)
-    env["loadavg_end"], env["wall_s"] = os.getloadavg(), time.perf_counter() - start
+    finish(env, start)
     df = summarize(results)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        payload = {"environment": env, "summary": df.to_dict(orient="records"),
-                   "runs": sorted(results, key=lambda r: (r["config"], r["seed"])),
-                   "args": {k: str(v) for k, v in vars(args).items()}}
-        (out / "techniques.json").write_text(json.dumps(payload, indent=1) + "\n")
-        (out / "techniques.md").write_text(markdown(df, env, args))
-        print(f"wrote {out / 'techniques.json'} and {out / 'techniques.md'}")
+        runs = sorted(results, key=lambda r: (r["config"], r["seed"]))
+        write_results(out, "techniques", payload(env, df, runs, args), markdown(df, env, args))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""What the benchmark scripts share: command-line options, the child-process protocol, the
+environment record and the results files.
+
+The scripts run as ``.venv/bin/python benchmarks/<name>.py``, which puts this folder on
+``sys.path``; they import from here with ``from _common import ...``. Functions sent to Dask
+workers must not use anything from here: a worker cannot import ``_common``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def add_output_args(ap: argparse.ArgumentParser, *, child: bool = False) -> None:
+    """Add ``--quick`` and ``--out``; with ``child``, the hidden ``--child`` (:func:`run_child`)."""
+    ap.add_argument("--quick", action="store_true", help="tiny smoke test; writes nothing")
+    ap.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
+    if child:
+        ap.add_argument("--child", help=argparse.SUPPRESS)
+
+
+def output_dir(args: argparse.Namespace) -> Path | None:
+    """``--out``, else :data:`RESULTS`; ``None`` (write nothing) under ``--quick`` alone."""
+    return args.out or (None if args.quick else RESULTS)
+
+
+def run_child(script: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run ``script --child cfg`` in a fresh interpreter; its last stdout line is the result."""
+    proc = subprocess.run([sys.executable, script, "--child", json.dumps(cfg)],
+                          check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {cfg} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def serve_child(args: argparse.Namespace, child: Callable[[dict[str, Any]], Any]) -> bool:
+    """In a ``--child`` process, print ``child(cfg)`` as JSON and return True; else False."""
+    if not args.child:
+        return False
+    print(json.dumps(child(json.loads(args.child))))
+    return True
+
+
+def rss_mb() -> float:
+    """This process's resident set size now (``VmRSS``), in MiB."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def utc_now() -> str:
+    """The current UTC time, ISO 8601 to the second."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def environment(versions: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    """The machine and software a benchmark ran on, for its results file.
+
+    Keys in order: ``versions`` (default: this process's ``torch``), ``python``, ``extra``,
+    ``cpu``, ``cpu_count``, ``loadavg_start``, ``date``. The caller adds ``loadavg_end`` and
+    ``wall_s`` at the end (:func:`finish`).
+    """
+    if versions is None:
+        import torch
+
+        versions = {"torch": torch.__version__}
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    return {**versions, "python": platform.python_version(), **extra, "cpu": cpu,
+            "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(), "date": utc_now()}
+
+
+def finish(env: dict[str, Any], start: float) -> None:
+    """Add the load average now and the seconds since ``start`` (``perf_counter``) to ``env``."""
+    env["loadavg_end"], env["wall_s"] = os.getloadavg(), time.perf_counter() - start
+
+
+def payload(env: dict[str, Any], summary: Any, runs: list[dict[str, Any]],
+            args: argparse.Namespace) -> dict[str, Any]:
+    """The usual JSON record: ``environment``, ``summary`` (a DataFrame's rows), ``runs`` and
+    ``args`` (the command line as strings, without ``--child``)."""
+    return {"environment": env, "summary": summary.to_dict(orient="records"), "runs": runs,
+            "args": {k: str(v) for k, v in vars(args).items() if k != "child"}}
+
+
+def write_results(out: Path, name: str, record: dict[str, Any], markdown: str, *,
+                  indent: int = 1, end: str = "\n",
+                  default: Callable[[Any], Any] | None = None) -> None:
+    """Write ``record`` to ``out/<name>.json`` (``json.dumps`` with ``indent`` and ``default``,
+    then ``end``) and ``markdown`` to ``out/<name>.md``, creating ``out``; print both paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    raw, text = out / f"{name}.json", out / f"{name}.md"
+    raw.write_text(json.dumps(record, indent=indent, default=default) + end)
+    text.write_text(markdown)
+    print(f"wrote {raw} and {text}")
