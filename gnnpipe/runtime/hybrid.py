@@ -93,15 +93,7 @@ def hybrid_rank(spec: JobSpec, comm: Comm, reporter: EpochReporter) -> dict[str,
                 p.grad = torch.zeros_like(p)
         total = torch.tensor([loss], dtype=torch.float32)
         comm.allreduce([p.grad for p in params] + ([total] if stage.is_last else []), group=group)
-        start = comm.now()
-        stage.optimizer.step()
-        comm.record("step", start)
-        stage.executor.end_epoch()
-        record = {"epoch": epoch, "epoch_time": time.perf_counter() - began}
-        if stage.is_last:
-            record["loss"] = float(total)
-        if comm.way == 0:
-            record.update(stage.evaluate())
+        record = stage.finish_epoch(epoch, began, float(total), evaluate=comm.way == 0)
         if reporter.report(record):
             break
     return stage.state() if comm.way == 0 else {}

@@ -101,6 +101,20 @@ class PipelineStage:
         comm.wait_all()
         return {}
 
+    def finish_epoch(self, epoch: int, began: float, loss: float, evaluate: bool = True) -> dict:
+        """Optimizer step and snapshot, then the epoch's record: its time (since ``began``), the
+        loss on the last stage and, with ``evaluate``, the exact full-graph metrics."""
+        start = self.comm.now()
+        self.optimizer.step()
+        self.comm.record("step", start)
+        self.executor.end_epoch()
+        record = {"epoch": epoch, "epoch_time": time.perf_counter() - began}
+        if self.is_last:
+            record["loss"] = loss
+        if evaluate:
+            record.update(self.evaluate())
+        return record
+
     def state(self) -> dict[str, Tensor]:
         return {k: v for k, v in self.spec.model.state_dict().items()
                 if int(k.split(".")[1]) in range(self.start, self.stop)}
@@ -117,14 +131,6 @@ def pipeline_rank(spec: JobSpec, comm: Comm, reporter: EpochReporter) -> dict[st
         order = chunk_order(len(spec.bounds) - 1, spec.seed, epoch, spec.techniques.random_order)
         loss = stage.forward_chunks(order)
         stage.backward_chunks(order)
-        start = comm.now()
-        stage.optimizer.step()
-        comm.record("step", start)
-        stage.executor.end_epoch()
-        record = {"epoch": epoch, "epoch_time": time.perf_counter() - began}
-        if stage.is_last:
-            record["loss"] = loss
-        record.update(stage.evaluate())
-        if reporter.report(record):
+        if reporter.report(stage.finish_epoch(epoch, began, loss)):
             break
     return stage.state()
