@@ -38,6 +38,8 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gnn-weight-decay", type=float, default=None,
                    help="weight decay of the GNN layers (default: --weight-decay)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=1,
+                   help="evaluate after every N-th epoch and the last (default: every epoch)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out", default="runs", help="folder for runs/<id>/ results")
     p.add_argument("--dashboard", action="store_true",
@@ -68,7 +70,8 @@ def _train(args: argparse.Namespace) -> int:
     run = gp.train(model, data, args.mode, epochs=args.epochs, lr=args.lr,
                    weight_decay=args.weight_decay, gnn_weight_decay=args.gnn_weight_decay,
                    seed=args.seed, stages=args.stages, chunks=args.chunks, ways=args.ways,
-                   parts=args.parts, cluster=args.scheduler, background=live)
+                   parts=args.parts, cluster=args.scheduler, eval_every=args.eval_every,
+                   background=live)
     viewer = _viewer() if args.dashboard else None
     server = None
     if live and viewer is not None:

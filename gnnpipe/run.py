@@ -19,6 +19,7 @@ HISTORY_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "val_los
 def best_epoch(history: pd.DataFrame) -> dict[str, float]:
     """The epoch with the highest validation accuracy (ties: lowest validation loss, then earliest),
     with its validation and test accuracy."""
+    history = history.dropna(subset=["val_acc"])  # epochs without an evaluation (eval_every)
     if history.empty:
         return {}
     ranked = history.sort_values(["val_acc", "val_loss", "epoch"], ascending=[False, True, True])

@@ -36,7 +36,7 @@ def _positive_int(name: str, value: Any) -> int:
 
 
 def _check(model: Any, data: Any, mode: str, epochs: Any, lr: Any, stages: Any, chunks: Any,
-           weight_decay: Any, ways: Any, parts: Any, workers: Any) -> None:
+           weight_decay: Any, ways: Any, parts: Any, workers: Any, eval_every: Any) -> None:
     if mode not in MODES:
         raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
     if not isinstance(model, LayerStack):
@@ -44,6 +44,7 @@ def _check(model: Any, data: Any, mode: str, epochs: Any, lr: Any, stages: Any, 
                         f"got {type(model).__name__}")
     datasets.validate(data)
     _positive_int("epochs", epochs)
+    _positive_int("eval_every", eval_every)
     if not isinstance(lr, (int, float)) or isinstance(lr, bool) or lr <= 0:
         raise ValueError(f"lr: expected a positive number, got {lr!r}")
     if not isinstance(weight_decay, (int, float)) or weight_decay < 0:
@@ -59,6 +60,9 @@ def _check(model: Any, data: Any, mode: str, epochs: Any, lr: Any, stages: Any, 
     if chunks > data.num_nodes:
         raise ValueError(f"chunks: {chunks} chunks exceed the graph's {data.num_nodes} nodes")
     _positive_int("ways", ways)
+    if ways != 1 and mode != "hybrid":
+        raise ValueError(f"ways: {ways} pipelines side by side is mode='hybrid'; mode={mode!r} "
+                         "runs one")
     _positive_int("parts", parts)
     if parts > data.num_nodes:
         raise ValueError(f"parts: {parts} partitions exceed the graph's {data.num_nodes} nodes")
@@ -80,7 +84,7 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
           ways: int = 1, parts: int = 2, techniques: Techniques | dict | bool | None = None,
           recompute: bool = False, cluster: Any = None, workers: int | None = None,
           background: bool = False, timeout: float = 120.0, plan: Any = None,
-          progress: bool = True) -> Run:
+          eval_every: int = 1, progress: bool = True) -> Run:
     """Train ``model`` in place on ``data`` and return a :class:`~gnnpipe.run.Run`.
 
     Args:
@@ -108,6 +112,8 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         timeout: seconds a rank waits on a peer before the run fails.
         plan: a :class:`~gnnpipe.plan.Plan` from ``gp.plan``: its stage ranges and chunk count
             replace ``stages`` and ``chunks``.
+        eval_every: exact full-graph evaluation after every ``eval_every``-th epoch and the last
+            one; the other epochs' metric columns are NaN (``best`` picks among evaluated epochs).
         progress: show a tqdm bar.
     """
     ranges = None
@@ -119,13 +125,15 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
             raise ValueError(f"plan: its stage ranges {ranges} do not tile the model's "
                              f"{len(model)} blocks; was it made for another model?")
     chunks = 4 * stages if chunks is None else chunks
-    _check(model, data, mode, epochs, lr, stages, chunks, weight_decay, ways, parts, workers)
+    _check(model, data, mode, epochs, lr, stages, chunks, weight_decay, ways, parts, workers,
+           eval_every)
     tech = Techniques.coerce(techniques)
     config = {"mode": mode, "model": model.name, "layers": model.num_layers, "epochs": epochs,
               "lr": lr, "weight_decay": weight_decay, "gnn_weight_decay": gnn_weight_decay,
               "seed": seed, "stages": stages, "chunks": chunks if mode != "single" else 1,
               "techniques": asdict(tech), "recompute": recompute,
               "dataset": getattr(data, "name", None), "ways": ways, "parts": parts,
+              "eval_every": eval_every,
               "ranges": ranges or stage_ranges(len(model), stages)}
     if mode in DISTRIBUTED:
         from gnnpipe.runtime.start import start_distributed
@@ -160,11 +168,12 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         start = time.perf_counter()
         loss = step(epoch)
         elapsed = time.perf_counter() - start
-        metrics = single.evaluate(model, eval_data, adj)
-        rows.append({"epoch": epoch, "loss": loss, **metrics, "epoch_time": elapsed,
-                     "comm_bytes": 0})
-        bar.set_postfix(loss=f"{loss:.3f}", val=f"{metrics['val_acc']:.3f}",
-                        test=f"{metrics['test_acc']:.3f}")
+        rows.append({"epoch": epoch, "loss": loss, "epoch_time": elapsed, "comm_bytes": 0})
+        if single.evaluates(epoch, epochs, eval_every):
+            metrics = single.evaluate(model, eval_data, adj)
+            rows[-1].update(metrics)
+            bar.set_postfix(loss=f"{loss:.3f}", val=f"{metrics['val_acc']:.3f}",
+                            test=f"{metrics['test_acc']:.3f}")
     history = pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
     timeline = Timeline.from_events(events)
     if len(timeline):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
+import pandas as pd
 import pytest
 import torch
 
@@ -25,6 +26,8 @@ def model(small_graph):
     ({"mode": "local", "stages": 0}, ValueError, "stages: expected a positive integer"),
     ({"mode": "local", "stages": 3}, ValueError, "stages: 3 stages need at least as many blocks"),
     ({"mode": "local", "chunks": 601}, ValueError, "chunks: 601 chunks exceed the graph's 600 nodes"),
+    ({"eval_every": 0}, ValueError, "eval_every: expected a positive integer"),
+    ({"mode": "local", "ways": 2}, ValueError, "ways: 2 pipelines side by side is mode='hybrid'"),
 ])
 def test_bad_arguments_raise_clear_errors(model, small_graph, kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -61,6 +64,20 @@ def test_training_is_deterministic_per_seed(model, small_graph):
                      progress=False) for s in (1, 1, 2)]
     assert runs[0].history["loss"].tolist() == runs[1].history["loss"].tolist()
     assert runs[0].history["loss"].tolist() != runs[2].history["loss"].tolist()
+
+
+@pytest.mark.parametrize("mode", ["single", "local"])
+def test_eval_every_skips_evaluations_without_changing_training(model, small_graph, mode):
+    every = gp.train(copy.deepcopy(model), small_graph, mode, epochs=7, progress=False)
+    sparse = gp.train(copy.deepcopy(model), small_graph, mode, epochs=7, eval_every=3,
+                      progress=False)
+    assert sparse.history["loss"].tolist() == every.history["loss"].tolist()
+    evaluated = sparse.history.dropna(subset=["val_acc"])
+    assert evaluated["epoch"].tolist() == [2, 5, 6]  # every third epoch and the last
+    assert sparse.history["test_acc"].isna().sum() == 4
+    pd.testing.assert_frame_equal(evaluated.drop(columns="epoch_time"),
+                                  every.history.loc[[2, 5, 6]].drop(columns="epoch_time"))
+    assert sparse.best["epoch"] in (2, 5, 6)
 
 
 def test_run_reports_history_best_and_saves(model, small_graph, tmp_path):

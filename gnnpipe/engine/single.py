@@ -59,6 +59,12 @@ def train_epoch(model: LayerStack, data: Data, adj: Adjacency, optimizer: torch.
     return float(loss.detach())
 
 
+def evaluates(epoch: int, epochs: int, every: int) -> bool:
+    """Whether epoch ``epoch`` (of ``epochs``) ends with an evaluation: every ``every``-th epoch
+    (counting from 1) and the last one."""
+    return (epoch + 1) % every == 0 or epoch == epochs - 1
+
+
 @torch.no_grad()
 def evaluate(model: LayerStack, data: Data, adj: Adjacency) -> dict[str, float]:
     """Exact full-graph inference with the current weights: accuracies and losses per split."""

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from gnnpipe.engine.graph import Adjacency, coo_to_csr, normalized_adjacency
-from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed
+from gnnpipe.engine.single import chunk_loss, evaluates, keyed_dropout, mask_seed
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.rank import EpochReporter, JobSpec
 
@@ -164,7 +164,8 @@ def graph_rank(spec: JobSpec, comm: Comm, reporter: EpochReporter) -> dict[str, 
         optimizer.step()
         comm.record("step", start)
         record = {"epoch": epoch, "epoch_time": time.perf_counter() - began, "loss": float(total)}
-        record.update(_evaluate(spec, plan, comm))
+        if evaluates(epoch, spec.epochs, spec.eval_every):
+            record.update(_evaluate(spec, plan, comm))
         if reporter.report(record):
             break
     return {k: v for k, v in model.state_dict().items()}

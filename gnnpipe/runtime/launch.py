@@ -47,11 +47,19 @@ def history_from(records: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(records)
     per_epoch = frame.groupby("epoch").agg(epoch_time=("epoch_time", "max"),
                                            comm_bytes=("comm_bytes", "sum"))
-    scored = frame.dropna(subset=["val_acc"]) if "val_acc" in frame else frame.iloc[0:0]
-    scored = scored.sort_values("rank").drop_duplicates("epoch").set_index("epoch")
-    cols = [c for c in ("loss", "train_acc", "val_acc", "test_acc", "val_loss") if c in scored]
-    merged = per_epoch.join(scored[cols], how="inner").reset_index()
+    # an epoch is in once a loss-holding rank reported it; metrics only on evaluation epochs
+    losses = _lowest_rank(frame, "loss", ["loss"])
+    metrics = _lowest_rank(frame, "val_acc", ["train_acc", "val_acc", "test_acc", "val_loss"])
+    merged = per_epoch.join(losses, how="inner").join(metrics, how="left").reset_index()
     return merged.reindex(columns=list(HISTORY_COLUMNS))
+
+
+def _lowest_rank(frame: pd.DataFrame, key: str, columns: list[str]) -> pd.DataFrame:
+    """Per epoch, ``columns`` of the lowest rank whose record has ``key``."""
+    if key not in frame:
+        return pd.DataFrame(columns=columns, index=pd.Index([], name="epoch"))
+    rows = frame.dropna(subset=[key]).sort_values("rank").drop_duplicates("epoch")
+    return rows.set_index("epoch").reindex(columns=columns)
 
 
 class DistributedRun(Run):

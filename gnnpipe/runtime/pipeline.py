@@ -10,7 +10,7 @@ from torch import Tensor
 
 from gnnpipe.engine.chunked import StageExecutor, chunk_order
 from gnnpipe.engine.graph import Adjacency, normalized_adjacency
-from gnnpipe.engine.single import FullGraphContext, metrics
+from gnnpipe.engine.single import FullGraphContext, evaluates, metrics
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.rank import EpochReporter, JobSpec
 
@@ -103,7 +103,8 @@ class PipelineStage:
 
     def finish_epoch(self, epoch: int, began: float, loss: float, evaluate: bool = True) -> dict:
         """Optimizer step and snapshot, then the epoch's record: its time (since ``began``), the
-        loss on the last stage and, with ``evaluate``, the exact full-graph metrics."""
+        loss on the last stage and, with ``evaluate`` on an evaluation epoch (``eval_every``),
+        the exact full-graph metrics."""
         start = self.comm.now()
         self.optimizer.step()
         self.comm.record("step", start)
@@ -111,7 +112,7 @@ class PipelineStage:
         record = {"epoch": epoch, "epoch_time": time.perf_counter() - began}
         if self.is_last:
             record["loss"] = loss
-        if evaluate:
+        if evaluate and evaluates(epoch, self.spec.epochs, self.spec.eval_every):
             record.update(self.evaluate())
         return record
 

@@ -50,6 +50,7 @@ class JobSpec:
     topic: str
     stop_event: str | None = None
     backend: str = "gloo"
+    eval_every: int = 1
     way_bounds: list[int] = field(default_factory=list)
 
     @property

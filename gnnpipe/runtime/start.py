@@ -33,7 +33,7 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
                    gnn_weight_decay=config["gnn_weight_decay"], seed=config["seed"], stages=stages,
                    ways=ways, ranges=ranges, techniques=techniques,
                    recompute=config["recompute"], threads=1, timeout=timeout, topic=topic,
-                   stop_event=f"{topic}-stop")
+                   stop_event=f"{topic}-stop", eval_every=config["eval_every"])
     handle, owned = resolve(cluster, spec.world)
     try:
         workers = handle.ready(spec.world)

@@ -56,6 +56,20 @@ def test_pipeline_with_one_block_end_stages_equals_local(cluster, small_graph, g
     assert _training_bytes(pipe) == 3 * predicted
 
 
+@pytest.mark.parametrize("mode", ["pipeline", "graph", "hybrid"])
+def test_eval_every_in_distributed_modes(cluster, small_graph, gcnii, mode):
+    kwargs = {"pipeline": {"stages": 2}, "graph": {"parts": 2},
+              "hybrid": {"stages": 2, "ways": 2, "chunks": 4}}[mode]
+    run = gp.train(copy.deepcopy(gcnii), small_graph, mode, epochs=6, eval_every=4,
+                   cluster=cluster, progress=False, **kwargs)
+    assert run.history["epoch"].tolist() == list(range(6))
+    assert run.history["loss"].notna().all()
+    assert run.history.dropna(subset=["val_acc"])["epoch"].tolist() == [3, 5]
+    eval_bytes = run.comm[run.comm["kind"] == "eval"]["bytes"].sum()
+    if mode != "graph":  # two evaluations by one way, each sends the boundary's rows once
+        assert eval_bytes == gp.comm_volume(gcnii, small_graph, "pipeline", stages=2)
+
+
 def test_pipeline_returns_trained_weights(cluster, small_graph, gcnii):
     model = copy.deepcopy(gcnii)
     local = copy.deepcopy(gcnii)
