@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast install lint bench clean
+.PHONY: demo test test-fast test-gpu install lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

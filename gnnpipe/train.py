@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import time
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 MODES = ("single", "local", "pipeline", "graph", "hybrid")
 DISTRIBUTED = ("pipeline", "graph", "hybrid")
+DEVICES = ("cpu", "cuda")
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -36,7 +38,8 @@ def _positive_int(name: str, value: Any) -> int:
 
 
 def _check(model: Any, data: Any, mode: str, epochs: Any, lr: Any, stages: Any, chunks: Any,
-           weight_decay: Any, ways: Any, parts: Any, workers: Any, eval_every: Any) -> None:
+           weight_decay: Any, ways: Any, parts: Any, workers: Any, eval_every: Any,
+           device: Any) -> None:
     if mode not in MODES:
         raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
     if not isinstance(model, LayerStack):
@@ -45,6 +48,10 @@ def _check(model: Any, data: Any, mode: str, epochs: Any, lr: Any, stages: Any, 
     datasets.validate(data)
     _positive_int("epochs", epochs)
     _positive_int("eval_every", eval_every)
+    if device not in DEVICES:
+        raise ValueError(f"device: expected one of {DEVICES}, got {device!r}")
+    if device == "cuda" and mode not in DISTRIBUTED and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' asked, but torch sees no GPU in this process")
     if not isinstance(lr, (int, float)) or isinstance(lr, bool) or lr <= 0:
         raise ValueError(f"lr: expected a positive number, got {lr!r}")
     if not isinstance(weight_decay, (int, float)) or weight_decay < 0:
@@ -84,7 +91,7 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
           ways: int = 1, parts: int = 2, techniques: Techniques | dict | bool | None = None,
           recompute: bool = False, cluster: Any = None, workers: int | None = None,
           background: bool = False, timeout: float = 120.0, plan: Any = None,
-          eval_every: int = 1, progress: bool = True) -> Run:
+          eval_every: int = 1, device: str = "cpu", progress: bool = True) -> Run:
     """Train ``model`` in place on ``data`` and return a :class:`~gnnpipe.run.Run`.
 
     Args:
@@ -114,6 +121,9 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
             replace ``stages`` and ``chunks``.
         eval_every: exact full-graph evaluation after every ``eval_every``-th epoch and the last
             one; the other epochs' metric columns are NaN (``best`` picks among evaluated epochs).
+        device: ``"cpu"`` or ``"cuda"``: one-process modes train on this process's GPU (the
+            model is moved there); distributed ranks each take a GPU of their worker and talk
+            through NCCL instead of gloo.
         progress: show a tqdm bar.
     """
     ranges = None
@@ -126,32 +136,33 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
                              f"{len(model)} blocks; was it made for another model?")
     chunks = 4 * stages if chunks is None else chunks
     _check(model, data, mode, epochs, lr, stages, chunks, weight_decay, ways, parts, workers,
-           eval_every)
+           eval_every, device)
     tech = Techniques.coerce(techniques)
     config = {"mode": mode, "model": model.name, "layers": model.num_layers, "epochs": epochs,
               "lr": lr, "weight_decay": weight_decay, "gnn_weight_decay": gnn_weight_decay,
               "seed": seed, "stages": stages, "chunks": chunks if mode != "single" else 1,
               "techniques": asdict(tech), "recompute": recompute,
               "dataset": getattr(data, "name", None), "ways": ways, "parts": parts,
-              "eval_every": eval_every,
+              "eval_every": eval_every, "device": device,
               "ranges": ranges or stage_ranges(len(model), stages)}
     if mode in DISTRIBUTED:
         from gnnpipe.runtime.start import start_distributed
 
         run = start_distributed(model, data, config, tech, cluster, timeout)
         return run if background else _follow(run, epochs, progress)
+    model.to(device)
     optimizer = torch.optim.Adam(model.param_groups(weight_decay, gnn_weight_decay), lr=lr)
 
     events: list[OpEvent] = []
     if mode == "single":
-        adj = normalized_adjacency(data.edge_index, data.num_nodes, model.norm)
-        eval_data = data
+        eval_data = copy.copy(data).to(device)  # a shallow copy: the caller's data stays put
+        adj = normalized_adjacency(eval_data.edge_index, data.num_nodes, model.norm)
 
         def step(epoch: int) -> float:
-            return single.train_epoch(model, data, adj, optimizer, seed, epoch)
+            return single.train_epoch(model, eval_data, adj, optimizer, seed, epoch)
     else:
         parts = make_chunks(data, chunks, seed=seed)
-        eval_data = parts.apply(data)
+        eval_data = parts.apply(data).to(device)
         adj = normalized_adjacency(eval_data.edge_index, eval_data.num_nodes, model.norm)
         engine = LocalEngine(model, eval_data, adj, parts.bounds.tolist(),
                              config["ranges"], tech, seed, recompute)

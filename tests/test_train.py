@@ -27,6 +27,7 @@ def model(small_graph):
     ({"mode": "local", "stages": 3}, ValueError, "stages: 3 stages need at least as many blocks"),
     ({"mode": "local", "chunks": 601}, ValueError, "chunks: 601 chunks exceed the graph's 600 nodes"),
     ({"eval_every": 0}, ValueError, "eval_every: expected a positive integer"),
+    ({"device": "tpu"}, ValueError, "device: expected one of"),
     ({"mode": "local", "ways": 2}, ValueError, "ways: 2 pipelines side by side is mode='hybrid'"),
 ])
 def test_bad_arguments_raise_clear_errors(model, small_graph, kwargs, error, match):
@@ -96,3 +97,9 @@ def test_run_reports_history_best_and_saves(model, small_graph, tmp_path):
     assert len((folder / "history.csv").read_text().splitlines()) == 31
     trace = json.loads((folder / "trace.json").read_text())
     assert "traceEvents" in trace
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(model, small_graph, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device: 'cuda' asked, but torch sees no GPU"):
+        gp.train(model, small_graph, device="cuda", progress=False)

@@ -179,7 +179,7 @@ class StageExecutor:
         self.input_grad = start > 0 if input_grad is None else input_grad
         self.sync = sync
         self.bounds = [int(b) for b in bounds]
-        self.num_nodes = adj.num_nodes
+        self.num_nodes, self.device = adj.num_nodes, adj.A.device
         self.rows = [adj.rows(self.bounds[c], self.bounds[c + 1]) for c in range(len(self.bounds) - 1)]
         self.techniques, self.seed, self.recompute = techniques, seed, recompute
         self.is_last = stop == len(model)
@@ -197,8 +197,10 @@ class StageExecutor:
         buf = self.buffers.get(key)
         if buf is None:
             shape = (self.num_nodes, width)
-            snap = torch.zeros(shape, dtype=dtype) if self.techniques.snapshot else None
-            buf = LayerBuffers(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype), snap)
+            def zeros() -> Tensor:
+                return torch.zeros(shape, dtype=dtype, device=self.device)
+
+            buf = LayerBuffers(zeros(), zeros(), zeros() if self.techniques.snapshot else None)
             self.buffers[key] = buf
         return buf
 

@@ -35,6 +35,10 @@ class Adjacency:
     def nnz(self) -> int:
         return int(self.A.col_indices().numel())
 
+    def to(self, device: torch.device | str) -> Adjacency:
+        """Both matrices on ``device``."""
+        return Adjacency(self.A.to(device), self.AT.to(device))
+
     def rows(self, lo: int, hi: int) -> Adjacency:
         """Rows ``lo:hi`` of ``Â`` and of ``Âᵀ`` (cheap views of the CSR arrays)."""
         return Adjacency(_row_slice(self.A, lo, hi), _row_slice(self.AT, lo, hi))
@@ -55,8 +59,11 @@ def normalized_adjacency(edge_index: Tensor, num_nodes: int, norm: str) -> Adjac
         num_nodes: ``n``.
         norm: ``"sym"`` — ``D^-1/2 (A + I) D^-1/2`` (GCN, GCNII); ``"mean"`` — row-normalised
             ``D^-1 A`` without self-loops (GraphSAGE, ResGCN+).
+
+    Built on the CPU; returned on ``edge_index``'s device.
     """
-    src, dst = edge_index[0], edge_index[1]
+    device = edge_index.device
+    src, dst = edge_index[0].cpu(), edge_index[1].cpu()
     keep = src != dst
     src, dst = src[keep], dst[keep]
     if norm == "sym":
@@ -71,7 +78,7 @@ def normalized_adjacency(edge_index: Tensor, num_nodes: int, norm: str) -> Adjac
     else:
         raise ValueError(f"norm: expected 'sym' or 'mean', got {norm!r}")
     shape = (num_nodes, num_nodes)
-    return Adjacency(coo_to_csr(dst, src, val, shape), coo_to_csr(src, dst, val, shape))
+    return Adjacency(coo_to_csr(dst, src, val, shape), coo_to_csr(src, dst, val, shape)).to(device)
 
 
 class SpMM(torch.autograd.Function):

@@ -109,6 +109,13 @@ def resolve(cluster: Cluster | Client | str | None, world: int) -> tuple[Cluster
                     f"address, got {type(cluster).__name__}")
 
 
+def gpu_count() -> int:
+    """Run on a worker: the GPUs torch sees there."""
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def free_port() -> tuple[str, int]:
     """Run on rank 0's worker: its host and a free TCP port for the process-group rendezvous."""
     host = get_worker().address.split("://")[-1].rsplit(":", 1)[0]

@@ -26,6 +26,7 @@ class Comm:
         stage, way: where this rank sits (recorded in its Timeline rows).
         origin: ``time.perf_counter()`` value that is time zero on this rank (rank 0's, on its
             host; see ``rank._shared_origin``).
+        device: where received and control tensors live (the rank's GPU under NCCL).
     """
 
     rank: int
@@ -33,6 +34,7 @@ class Comm:
     stage: int = 0
     way: int = 0
     origin: float = 0.0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     epoch: int = 0
     bytes_by: dict[tuple[int, int, str], int] = field(default_factory=lambda: defaultdict(int))
     epoch_bytes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
@@ -67,7 +69,7 @@ class Comm:
     def recv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
              dtype: torch.dtype = torch.float32) -> Tensor:
         """Receive a tensor of ``shape`` from ``src`` (blocking; the wait is recorded)."""
-        out = torch.empty(shape, dtype=dtype)
+        out = torch.empty(shape, dtype=dtype, device=self.device)
         start = self.now()
         dist.recv(out, src)
         self.record("recv", start, chunk, out.numel() * out.element_size(), src)
@@ -76,7 +78,7 @@ class Comm:
     def irecv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
               dtype: torch.dtype = torch.float32) -> Tensor:
         """Start receiving into a new tensor; valid after :meth:`wait_all`."""
-        out = torch.empty(shape, dtype=dtype)
+        out = torch.empty(shape, dtype=dtype, device=self.device)
         start = self.now()
         self._pending.append((dist.irecv(out, src), start, "recv", chunk,
                               out.numel() * out.element_size(), src))
@@ -109,7 +111,7 @@ class Comm:
 
     def broadcast_flag(self, flag: bool, src: int = 0) -> bool:
         """Share one boolean decision of ``src`` with every rank (e.g. stop now)."""
-        value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=self.device)
         dist.broadcast(value, src)
         self.bytes_by[(src, -1, "control")] += 4 if self.rank == src else 0
         return bool(value.item())

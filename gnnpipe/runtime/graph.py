@@ -27,6 +27,12 @@ class HaloPlan:
     recv_counts: dict[int, int]
     adj: Adjacency  # rows lo:hi over columns [local rows, halo rows]
 
+    def to(self, device: torch.device) -> HaloPlan:
+        """Index tensors and the local adjacency on ``device``."""
+        return HaloPlan(self.lo, self.hi, self.halo.to(device),
+                        {q: r.to(device) for q, r in self.send_rows.items()}, self.recv_counts,
+                        self.adj.to(device))
+
 
 def halo_plan(full: Adjacency, bounds: list[int], rank: int) -> HaloPlan:
     """Cut ``full`` (over chunk-ordered nodes, parts contiguous) to this rank's view."""
@@ -124,7 +130,7 @@ def _evaluate(spec: JobSpec, plan: HaloPlan, comm: Comm) -> dict[str, float]:
         stats += [float((pred[mask] == y[mask]).sum()), float(mask.sum())]
     val = data.val_mask[plan.lo:plan.hi]
     stats.append(float(torch.nn.functional.cross_entropy(logits[val], y[val], reduction="sum")))
-    totals = torch.tensor(stats, dtype=torch.float64)
+    totals = torch.tensor(stats, dtype=torch.float64, device=comm.device)
     comm.allreduce([totals], kind="eval")
     t = totals.tolist()
     out = {f"{s}_acc": t[2 * i] / max(t[2 * i + 1], 1.0) for i, s in enumerate(("train", "val", "test"))}
@@ -135,8 +141,8 @@ def _evaluate(spec: JobSpec, plan: HaloPlan, comm: Comm) -> dict[str, float]:
 def graph_rank(spec: JobSpec, comm: Comm, reporter: EpochReporter) -> dict[str, Tensor]:
     """Full-graph training, each rank owning one partition; weight gradients all-reduced."""
     data, model = spec.data, spec.model
-    full = normalized_adjacency(data.edge_index, data.num_nodes, model.norm)
-    plan = halo_plan(full, spec.bounds, comm.rank)
+    full = normalized_adjacency(data.edge_index.cpu(), data.num_nodes, model.norm)
+    plan = halo_plan(full, spec.bounds, comm.rank).to(comm.device)
     optimizer = torch.optim.Adam(model.param_groups(spec.weight_decay, spec.gnn_weight_decay),
                                  lr=spec.lr)
     params = [p for g in optimizer.param_groups for p in g["params"]]

@@ -70,7 +70,7 @@ def hybrid_rank(spec: JobSpec, comm: Comm, reporter: EpochReporter) -> dict[str,
               for s in range(spec.stages)]
     group = groups[comm.stage]
     stage = PipelineStage(spec, comm)
-    sync = WaySync(comm, spec, stage.adj)
+    sync = WaySync(comm, spec, stage.adj.to("cpu"))  # row ids on the CPU index any device
     stage.executor.sync = sync
     params = [p for g in stage.optimizer.param_groups for p in g["params"]]
     num_chunks, ways = len(spec.bounds) - 1, spec.ways
@@ -91,7 +91,7 @@ def hybrid_rank(spec: JobSpec, comm: Comm, reporter: EpochReporter) -> dict[str,
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        total = torch.tensor([loss], dtype=torch.float32)
+        total = torch.tensor([loss], dtype=torch.float32, device=comm.device)
         comm.allreduce([p.grad for p in params] + ([total] if stage.is_last else []), group=group)
         record = stage.finish_epoch(epoch, began, float(total), evaluate=comm.way == 0)
         if reporter.report(record):

@@ -168,6 +168,11 @@ class DistributedRun(Run):
                                  columns=["src", "dst", "kind", "bytes"])
 
 
+def _host(address: str) -> str:
+    """``tcp://10.0.0.5:40123`` -> ``10.0.0.5``."""
+    return address.split("://")[-1].rsplit(":", 1)[0]
+
+
 def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
     """Run ``spec`` with one rank per worker; raise :class:`RankFailure` naming the first rank
     that failed (a dead worker first, then a rank's own error over its peers' fallout)."""
@@ -181,8 +186,10 @@ def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
     host, port = client.submit(free_port, workers=[workers[0]], pure=False).result()
     init = f"tcp://{host}:{port}"
     shipped = client.scatter(spec, workers=workers, broadcast=True, hash=False)
-    futures = [client.submit(run_rank, shipped, r, init, workers=[w], allow_other_workers=False,
-                             pure=False, retries=0, key=f"gnnpipe-{spec.topic}-rank{r}")
+    hosts = [_host(w) for w in workers]
+    futures = [client.submit(run_rank, shipped, r, init, hosts[:r].count(hosts[r]), workers=[w],
+                             allow_other_workers=False, pure=False, retries=0,
+                             key=f"gnnpipe-{spec.topic}-rank{r}")
                for r, w in enumerate(workers)]
     rank_of = {f.key: r for r, f in enumerate(futures)}
     pending = set(futures)

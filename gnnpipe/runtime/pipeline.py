@@ -79,8 +79,9 @@ class PipelineStage:
             comm.record("backward", start, c)
             if not self.is_first:
                 for g, w in zip(grad_inputs, self.in_widths):
-                    comm.isend(g if g is not None else torch.zeros(hi - lo, w), self.prev,
-                               "gradient", c)
+                    if g is None:  # an input this stage never used: a zero gradient
+                        g = torch.zeros(hi - lo, w, device=comm.device)
+                    comm.isend(g, self.prev, "gradient", c)
         comm.wait_all()
 
     @torch.no_grad()

@@ -49,8 +49,13 @@ class JobSpec:
     timeout: float
     topic: str
     stop_event: str | None = None
-    backend: str = "gloo"
+    device: str = "cpu"
     eval_every: int = 1
+
+    @property
+    def backend(self) -> str:
+        """``nccl`` between GPUs, ``gloo`` between CPU processes."""
+        return "nccl" if self.device == "cuda" else "gloo"
     way_bounds: list[int] = field(default_factory=list)
 
     @property
@@ -139,23 +144,37 @@ def _shared_origin() -> float:
     return theirs[0] if theirs[1] == mine[1] else mine[0]
 
 
-def run_rank(spec: JobSpec, rank: int, init_method: str) -> RankResult:
+def _rank_device(spec: JobSpec, local_rank: int) -> torch.device:
+    """The CPU, or this rank's GPU: ``local_rank`` (its place among the ranks on its host) modulo
+    the GPUs the worker sees (one under dask-cuda, which sets ``CUDA_VISIBLE_DEVICES``)."""
+    if spec.device != "cuda":
+        return torch.device("cpu")
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    spec.model.to(device)
+    spec.data = spec.data.to(device)
+    return device
+
+
+def run_rank(spec: JobSpec, rank: int, init_method: str, local_rank: int = 0) -> RankResult:
     """Entry point submitted to one Dask worker per rank."""
     module = importlib.import_module(f"gnnpipe.runtime.{spec.mode}")
     program: Callable[[JobSpec, Comm, EpochReporter], dict[str, torch.Tensor]] = getattr(
         module, f"{spec.mode}_rank")
     torch.set_num_threads(spec.threads)
     _reset_peak_rss()
+    device = _rank_device(spec, local_rank)
     dist.init_process_group(spec.backend, init_method=init_method, rank=rank,
                             world_size=spec.world, timeout=timedelta(seconds=spec.timeout))
     try:
         dist.barrier()
         stage, way = (0, rank) if spec.mode == "graph" else (rank % spec.stages, rank // spec.stages)
-        comm = Comm(rank, spec.world, stage=stage, way=way, origin=_shared_origin())
+        comm = Comm(rank, spec.world, stage=stage, way=way, origin=_shared_origin(),
+                    device=device)
         reporter = EpochReporter(spec, comm)
         state = program(spec, comm, reporter)
         dist.barrier()
         return RankResult(rank, reporter.records, [asdict(e) for e in comm.events],
-                          comm.comm_table(), state, _peak_rss())
+                          comm.comm_table(), {k: v.cpu() for k, v in state.items()}, _peak_rss())
     finally:
         dist.destroy_process_group()

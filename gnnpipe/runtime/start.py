@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 from gnnpipe.engine.chunked import Techniques
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk, partition
-from gnnpipe.runtime.cluster import resolve
+from gnnpipe.runtime.cluster import gpu_count, resolve
 from gnnpipe.runtime.launch import DistributedRun, new_topic
 from gnnpipe.runtime.rank import JobSpec
 
@@ -33,13 +33,19 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
                    gnn_weight_decay=config["gnn_weight_decay"], seed=config["seed"], stages=stages,
                    ways=ways, ranges=ranges, techniques=techniques,
                    recompute=config["recompute"], threads=1, timeout=timeout, topic=topic,
-                   stop_event=f"{topic}-stop", eval_every=config["eval_every"])
+                   stop_event=f"{topic}-stop", eval_every=config["eval_every"],
+                   device=config["device"])
     handle, owned = resolve(cluster, spec.world)
     try:
         workers = handle.ready(spec.world)
         if len(workers) < spec.world:
             raise ValueError(f"cluster: the run needs {spec.world} workers (one per rank), the "
                              f"cluster has {len(workers)}")
+        if spec.device == "cuda":
+            gpus = handle.client.run(gpu_count, workers=workers[:spec.world])
+            if without := sorted(w for w, n in gpus.items() if n == 0):
+                raise ValueError(f"device: 'cuda' asked, but torch sees no GPU on worker(s) "
+                                 f"{without}")
     except BaseException:
         if owned:
             handle.close()

@@ -119,6 +119,28 @@ def test_too_small_a_cluster_is_rejected(cluster, small_graph):
                  epochs=1, cluster=cluster, progress=False)
 
 
+def test_cuda_on_workers_without_a_gpu_is_rejected_before_ranks_start(cluster, small_graph):
+    from gnnpipe.runtime.cluster import gpu_count
+
+    if any(cluster.client.run(gpu_count).values()):
+        pytest.skip("the workers have GPUs; tests/gpu covers them")
+    with pytest.raises(ValueError, match="device: 'cuda' asked, but torch sees no GPU on worker"):
+        gp.train(_model(small_graph), small_graph, "pipeline", stages=2, epochs=1,
+                 device="cuda", cluster=cluster, progress=False)
+
+
+def test_rank_device_and_backend_follow_the_device():
+    from gnnpipe.runtime.launch import _host
+    from gnnpipe.runtime.rank import JobSpec
+
+    fields = {f: None for f in JobSpec.__dataclass_fields__ if f not in ("device", "eval_every",
+                                                                          "stop_event",
+                                                                          "way_bounds")}
+    assert JobSpec(**fields).backend == "gloo"
+    assert JobSpec(**fields, device="cuda").backend == "nccl"
+    assert _host("tcp://10.0.0.5:40123") == "10.0.0.5"
+
+
 def _child_pids() -> list[int]:
     import psutil
 
