@@ -40,6 +40,8 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=1,
                    help="evaluate after every N-th epoch and the last (default: every epoch)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cuda: train on GPUs (distributed ranks: one per worker, NCCL)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out", default="runs", help="folder for runs/<id>/ results")
     p.add_argument("--dashboard", action="store_true",
@@ -71,7 +73,7 @@ def _train(args: argparse.Namespace) -> int:
                    weight_decay=args.weight_decay, gnn_weight_decay=args.gnn_weight_decay,
                    seed=args.seed, stages=args.stages, chunks=args.chunks, ways=args.ways,
                    parts=args.parts, cluster=args.scheduler, eval_every=args.eval_every,
-                   background=live)
+                   device=args.device, background=live)
     viewer = _viewer() if args.dashboard else None
     server = None
     if live and viewer is not None:
