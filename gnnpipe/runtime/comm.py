@@ -47,6 +47,10 @@ class Comm:
 
     def record(self, kind: str, start: float, chunk: int = -1, nbytes: int = 0,
                peer: int = -1) -> None:
+        """A Timeline row for an op that began at ``start`` and ends now (on a GPU: once the
+        kernels queued so far have finished, so the row spans the work, not its launch)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         self.events.append(OpEvent(self.rank, self.stage, self.way, chunk, self.epoch, kind,
                                    start, self.now(), nbytes, peer))
 

@@ -67,3 +67,15 @@ def test_two_stage_pipeline_over_nccl(small_graph, gcnii):
     assert _rel(pipe.history["loss"], local.history["loss"]) < 1e-4
     assert (pipe.history["comm_bytes"] == gp.comm_volume(gcnii, small_graph, "pipeline",
                                                          stages=2)).all()
+
+
+def test_gpu_timeline_spans_the_work(small_graph, gcnii):
+    """Chunk ops are timed after their kernels finish: per epoch, the ops cover most of the
+    training epoch and never more than it."""
+    run = gp.train(copy.deepcopy(gcnii), small_graph, "local", stages=2, chunks=4, epochs=EPOCHS,
+                   device="cuda", progress=False)
+    df = run.timeline.df
+    busy = (df["end"] - df["start"]).groupby(df["epoch"]).sum()
+    epoch = run.history.set_index("epoch")["epoch_time"]
+    assert (df["end"] >= df["start"]).all()
+    assert ((busy / epoch).iloc[1:] > 0.5).all() and ((busy / epoch) < 1.0).all()
