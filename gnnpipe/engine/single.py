@@ -21,8 +21,8 @@ def mask_seed(seed: int, epoch: int, chunk: int, key: int) -> int:
 def keyed_dropout(h: Tensor, p: float, seed: int) -> Tensor:
     """Inverted dropout whose mask depends only on ``seed`` (and ``h``'s shape)."""
     gen = torch.Generator(device=h.device).manual_seed(seed)
-    keep = torch.rand(h.shape, generator=gen, device=h.device) >= p
-    return h * keep / (1.0 - p)
+    scale = torch.rand(h.shape, generator=gen, device=h.device, dtype=h.dtype)
+    return h * scale.ge_(p).div_(1.0 - p)  # one product for autograd: 0 or 1/(1-p) per entry
 
 
 class FullGraphContext:
