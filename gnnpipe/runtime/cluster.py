@@ -109,11 +109,30 @@ def resolve(cluster: Cluster | Client | str | None, world: int) -> tuple[Cluster
                     f"address, got {type(cluster).__name__}")
 
 
-def gpu_count() -> int:
-    """Run on a worker: the GPUs torch sees there."""
+def gpu_ids() -> list[str]:
+    """Run on a worker: the UUIDs of the GPUs torch sees there, in device order."""
     import torch
 
-    return torch.cuda.device_count()
+    return [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]
+
+
+def local_ranks(workers: list[str]) -> list[int]:
+    """Each rank's place among the ranks on its host (``workers``: addresses in rank order)."""
+    hosts = [w.split("://")[-1].rsplit(":", 1)[0] for w in workers]
+    return [hosts[:r].count(host) for r, host in enumerate(hosts)]
+
+
+def check_gpus(workers: list[str], ids: dict[str, list[str]]) -> None:
+    """Each rank takes GPU ``local rank mod GPUs seen``; NCCL needs a different one per rank."""
+    if without := [w for w in workers if not ids.get(w)]:
+        raise ValueError(f"device: 'cuda' asked, but torch sees no GPU on worker(s) {without}")
+    taken: dict[str, int] = {}
+    for rank, (worker, local) in enumerate(zip(workers, local_ranks(workers))):
+        gpu = ids[worker][local % len(ids[worker])]
+        if gpu in taken:
+            raise ValueError(f"device: ranks {taken[gpu]} and {rank} would share GPU {gpu}; NCCL "
+                             "needs one GPU per rank (more GPUs, or fewer ranks)")
+        taken[gpu] = rank
 
 
 def free_port() -> tuple[str, int]:

@@ -13,7 +13,7 @@ from distributed import Event, wait
 
 from gnnpipe.events import Timeline
 from gnnpipe.run import HISTORY_COLUMNS, Run
-from gnnpipe.runtime.cluster import Cluster, free_port
+from gnnpipe.runtime.cluster import Cluster, free_port, local_ranks
 from gnnpipe.runtime.rank import JobSpec, RankResult, run_rank
 
 logger = logging.getLogger(__name__)
@@ -168,11 +168,6 @@ class DistributedRun(Run):
                                  columns=["src", "dst", "kind", "bytes"])
 
 
-def _host(address: str) -> str:
-    """``tcp://10.0.0.5:40123`` -> ``10.0.0.5``."""
-    return address.split("://")[-1].rsplit(":", 1)[0]
-
-
 def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
     """Run ``spec`` with one rank per worker; raise :class:`RankFailure` naming the first rank
     that failed (a dead worker first, then a rank's own error over its peers' fallout)."""
@@ -186,11 +181,10 @@ def launch(spec: JobSpec, cluster: Cluster) -> list[RankResult]:
     host, port = client.submit(free_port, workers=[workers[0]], pure=False).result()
     init = f"tcp://{host}:{port}"
     shipped = client.scatter(spec, workers=workers, broadcast=True, hash=False)
-    hosts = [_host(w) for w in workers]
-    futures = [client.submit(run_rank, shipped, r, init, hosts[:r].count(hosts[r]), workers=[w],
+    futures = [client.submit(run_rank, shipped, r, init, local, workers=[w],
                              allow_other_workers=False, pure=False, retries=0,
                              key=f"gnnpipe-{spec.topic}-rank{r}")
-               for r, w in enumerate(workers)]
+               for r, (w, local) in enumerate(zip(workers, local_ranks(workers)))]
     rank_of = {f.key: r for r, f in enumerate(futures)}
     pending = set(futures)
     failures: dict[int, str] = {}

@@ -165,7 +165,8 @@ def run_rank(spec: JobSpec, rank: int, init_method: str, local_rank: int = 0) ->
     _reset_peak_rss()
     device = _rank_device(spec, local_rank)
     dist.init_process_group(spec.backend, init_method=init_method, rank=rank,
-                            world_size=spec.world, timeout=timedelta(seconds=spec.timeout))
+                            world_size=spec.world, timeout=timedelta(seconds=spec.timeout),
+                            device_id=device if device.type == "cuda" else None)
     try:
         dist.barrier()
         stage, way = (0, rank) if spec.mode == "graph" else (rank % spec.stages, rank // spec.stages)

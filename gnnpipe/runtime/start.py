@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 from gnnpipe.engine.chunked import Techniques
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk, partition
-from gnnpipe.runtime.cluster import gpu_count, resolve
+from gnnpipe.runtime.cluster import check_gpus, gpu_ids, resolve
 from gnnpipe.runtime.launch import DistributedRun, new_topic
 from gnnpipe.runtime.rank import JobSpec
 
@@ -42,10 +42,8 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
             raise ValueError(f"cluster: the run needs {spec.world} workers (one per rank), the "
                              f"cluster has {len(workers)}")
         if spec.device == "cuda":
-            gpus = handle.client.run(gpu_count, workers=workers[:spec.world])
-            if without := sorted(w for w, n in gpus.items() if n == 0):
-                raise ValueError(f"device: 'cuda' asked, but torch sees no GPU on worker(s) "
-                                 f"{without}")
+            ranks = workers[:spec.world]
+            check_gpus(ranks, handle.client.run(gpu_ids, workers=ranks))
     except BaseException:
         if owned:
             handle.close()

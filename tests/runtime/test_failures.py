@@ -120,9 +120,9 @@ def test_too_small_a_cluster_is_rejected(cluster, small_graph):
 
 
 def test_cuda_on_workers_without_a_gpu_is_rejected_before_ranks_start(cluster, small_graph):
-    from gnnpipe.runtime.cluster import gpu_count
+    from gnnpipe.runtime.cluster import gpu_ids
 
-    if any(cluster.client.run(gpu_count).values()):
+    if any(cluster.client.run(gpu_ids).values()):
         pytest.skip("the workers have GPUs; tests/gpu covers them")
     with pytest.raises(ValueError, match="device: 'cuda' asked, but torch sees no GPU on worker"):
         gp.train(_model(small_graph), small_graph, "pipeline", stages=2, epochs=1,
@@ -130,7 +130,7 @@ def test_cuda_on_workers_without_a_gpu_is_rejected_before_ranks_start(cluster, s
 
 
 def test_rank_device_and_backend_follow_the_device():
-    from gnnpipe.runtime.launch import _host
+    from gnnpipe.runtime.cluster import check_gpus, local_ranks
     from gnnpipe.runtime.rank import JobSpec
 
     fields = {f: None for f in JobSpec.__dataclass_fields__ if f not in ("device", "eval_every",
@@ -138,7 +138,14 @@ def test_rank_device_and_backend_follow_the_device():
                                                                           "way_bounds")}
     assert JobSpec(**fields).backend == "gloo"
     assert JobSpec(**fields, device="cuda").backend == "nccl"
-    assert _host("tcp://10.0.0.5:40123") == "10.0.0.5"
+    workers = ["tcp://10.0.0.5:4001", "tcp://10.0.0.6:4001", "tcp://10.0.0.5:4002"]
+    assert local_ranks(workers) == [0, 0, 1]
+    check_gpus(workers, {workers[0]: ["a", "b"], workers[1]: ["c"], workers[2]: ["a", "b"]})
+    check_gpus(workers, {workers[0]: ["a"], workers[1]: ["c"], workers[2]: ["b"]})  # dask-cuda
+    with pytest.raises(ValueError, match="device: ranks 0 and 2 would share GPU a"):
+        check_gpus(workers, {workers[0]: ["a"], workers[1]: ["c"], workers[2]: ["a"]})
+    with pytest.raises(ValueError, match=r"no GPU on worker\(s\) \['tcp://10.0.0.6:4001'\]"):
+        check_gpus(workers, {workers[0]: ["a"], workers[1]: [], workers[2]: ["b"]})
 
 
 def _child_pids() -> list[int]:
