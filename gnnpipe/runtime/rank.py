@@ -8,7 +8,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -56,7 +56,6 @@ class JobSpec:
     def backend(self) -> str:
         """``nccl`` between GPUs, ``gloo`` between CPU processes."""
         return "nccl" if self.device == "cuda" else "gloo"
-    way_bounds: list[int] = field(default_factory=list)
 
     @property
     def world(self) -> int:

@@ -133,9 +133,8 @@ def test_rank_device_and_backend_follow_the_device():
     from gnnpipe.runtime.cluster import check_gpus, local_ranks
     from gnnpipe.runtime.rank import JobSpec
 
-    fields = {f: None for f in JobSpec.__dataclass_fields__ if f not in ("device", "eval_every",
-                                                                          "stop_event",
-                                                                          "way_bounds")}
+    fields = {f: None for f in JobSpec.__dataclass_fields__
+              if f not in ("device", "eval_every", "stop_event")}
     assert JobSpec(**fields).backend == "gloo"
     assert JobSpec(**fields, device="cuda").backend == "nccl"
     workers = ["tcp://10.0.0.5:4001", "tcp://10.0.0.6:4001", "tcp://10.0.0.5:4002"]
