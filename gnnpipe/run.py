@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from gnnpipe import efficiency as eff
 from gnnpipe.events import Timeline
 
 HISTORY_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "val_loss",
@@ -88,12 +89,34 @@ class Run:
         (folder / "config.json").write_text(json.dumps(self.config, indent=2, default=str))
         return folder
 
+    def efficiency(self, reference: float | None = None) -> pd.DataFrame:
+        """Per epoch of a distributed run: measured span, ideal epoch, parallel efficiency
+        (ideal ÷ measured) and the ranks' mean compute / communication / waiting / idle shares
+        (:mod:`gnnpipe.efficiency`). ``reference``: a measured one-process chunked epoch in
+        seconds for the ideal (default: the ranks' compute summed). Empty for one-process modes."""
+        layout = eff.Layout.of(self.config)
+        if layout is None:
+            return eff.efficiency(Timeline(), eff.Layout(1))
+        return eff.efficiency(self.live_timeline(), layout, reference)
+
+    def rank_shares(self) -> pd.DataFrame:
+        """Per rank: median share of its epochs spent computing, communicating, waiting, idle."""
+        return eff.rank_shares(self.live_timeline())
+
     def summary(self) -> pd.DataFrame:
-        """One row: mode, best epoch and accuracies, median epoch time, bytes per epoch."""
+        """One row: mode, best epoch and accuracies, median epoch time, bytes per epoch and, for
+        distributed runs, the median parallel efficiency and time shares (first epoch skipped)."""
         h = self.history
         row = {"mode": self.config.get("mode"), **self.best,
                "epoch_time_s": float(h["epoch_time"].median()) if len(h) else float("nan"),
                "comm_bytes_per_epoch": float(h["comm_bytes"].median()) if len(h) else 0.0}
+        per_epoch = self.efficiency()
+        if len(per_epoch) > 1:
+            per_epoch = per_epoch.iloc[1:]
+        if len(per_epoch):
+            shares = [f"{c}_share" for c in eff.CLASSES]
+            row.update(per_epoch[["efficiency", *shares]].median().rename(
+                {"efficiency": "parallel_efficiency"}).to_dict())
         return pd.DataFrame([row])
 
     def __repr__(self) -> str:

@@ -18,6 +18,25 @@ TRAINING_KINDS = ("activation", "gradient", "halo", "halo_grad", "boundary", "bo
 
 
 @dataclass
+class PendingRecv:
+    """A receive in flight (:meth:`Comm.post_recv`)."""
+
+    comm: Comm
+    work: dist.Work
+    out: Tensor
+    chunk: int
+    src: int
+
+    def wait(self) -> Tensor:
+        """The received tensor; the Timeline's ``recv`` row spans the wait for it."""
+        start = self.comm.now()
+        self.work.wait()
+        self.comm.record("recv", start, self.chunk, self.out.numel() * self.out.element_size(),
+                         self.src)
+        return self.out
+
+
+@dataclass
 class Comm:
     """One rank's communicator.
 
@@ -78,6 +97,13 @@ class Comm:
         dist.recv(out, src)
         self.record("recv", start, chunk, out.numel() * out.element_size(), src)
         return out
+
+    def post_recv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
+                  dtype: torch.dtype = torch.float32) -> PendingRecv:
+        """Start receiving now (so the transfer overlaps this rank's compute); the tensor is
+        ready after :meth:`PendingRecv.wait`, which records only the time spent blocked."""
+        out = torch.empty(shape, dtype=dtype, device=self.device)
+        return PendingRecv(self, dist.irecv(out, src), out, chunk, src)
 
     def irecv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
               dtype: torch.dtype = torch.float32) -> Tensor:

@@ -11,7 +11,7 @@ from torch import Tensor
 from gnnpipe.engine.chunked import StageExecutor, chunk_order
 from gnnpipe.engine.graph import Adjacency, normalized_adjacency
 from gnnpipe.engine.single import FullGraphContext, evaluates, metrics
-from gnnpipe.runtime.comm import Comm
+from gnnpipe.runtime.comm import Comm, PendingRecv
 from gnnpipe.runtime.rank import EpochReporter, JobSpec
 
 
@@ -40,18 +40,29 @@ class PipelineStage:
     def rows(self, chunk: int) -> tuple[int, int]:
         return self.spec.bounds[chunk], self.spec.bounds[chunk + 1]
 
+    def _post(self, order: list[int], position: int, peer: int | None,
+              widths: list[int]) -> list[PendingRecv]:
+        """Start receiving chunk ``order[position]``'s tensors from ``peer`` (none past the ends
+        of ``order`` or without a peer)."""
+        if peer is None or not 0 <= position < len(order):
+            return []
+        lo, hi = self.rows(order[position])
+        return [self.comm.post_recv((hi - lo, w), peer, order[position]) for w in widths]
+
     def forward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None) -> float:
         """Forward every chunk of ``order``; returns the summed chunk losses on the last stage.
         ``on_chunk(position)`` runs before each chunk (hybrid: which chunks the other ways hold)."""
         comm, data, loss = self.comm, self.spec.data, 0.0
+        incoming = self._post(order, 0, self.prev, self.in_widths)
         for position, c in enumerate(order):
             if on_chunk is not None:
                 on_chunk(position)
             lo, hi = self.rows(c)
             if self.is_first:
                 inputs = [data.x[lo:hi]]
-            else:
-                inputs = [comm.recv((hi - lo, w), self.prev, c) for w in self.in_widths]
+            else:  # wait for this chunk, then start receiving the next one while computing
+                inputs = [r.wait() for r in incoming]
+                incoming = self._post(order, position + 1, self.prev, self.in_widths)
             target = (data.y[lo:hi], data.train_mask[lo:hi], self.num_train) if self.is_last else None
             start = comm.now()
             outputs = self.executor.forward(c, inputs, target)
@@ -67,13 +78,16 @@ class PipelineStage:
     def backward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None) -> None:
         """Backward every chunk of ``order`` in reverse, passing input gradients upstream."""
         comm = self.comm
+        incoming = self._post(order, len(order) - 1, self.next, self.out_widths)
         for position in range(len(order) - 1, -1, -1):
             c = order[position]
             if on_chunk is not None:
                 on_chunk(position)
             lo, hi = self.rows(c)
-            grads = None if self.is_last else [comm.recv((hi - lo, w), self.next, c)
-                                               for w in self.out_widths]
+            grads = None
+            if not self.is_last:
+                grads = [r.wait() for r in incoming]
+                incoming = self._post(order, position - 1, self.next, self.out_widths)
             start = comm.now()
             grad_inputs = self.executor.backward(c, grads)
             comm.record("backward", start, c)

@@ -13,6 +13,7 @@ from gnnpipe.partition import chunk, partition
 from gnnpipe.runtime.cluster import check_gpus, gpu_ids, resolve
 from gnnpipe.runtime.launch import DistributedRun, new_topic
 from gnnpipe.runtime.rank import JobSpec
+from gnnpipe.runtime.workerenv import check_workers
 
 
 def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], techniques: Techniques,
@@ -41,8 +42,9 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
         if len(workers) < spec.world:
             raise ValueError(f"cluster: the run needs {spec.world} workers (one per rank), the "
                              f"cluster has {len(workers)}")
+        ranks = workers[:spec.world]
+        check_workers(handle.client, ranks, handle.threads_per_worker)
         if spec.device == "cuda":
-            ranks = workers[:spec.world]
             check_gpus(ranks, handle.client.run(gpu_ids, workers=ranks))
     except BaseException:
         if owned:

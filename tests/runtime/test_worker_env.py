@@ -1,0 +1,59 @@
+"""Ranks compute in an environment chosen for torch; a user's slow worker set-up is named; every
+distributed run reports its parallel efficiency."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from distributed import Client, LocalCluster
+
+import gnnpipe as gp
+from gnnpipe.efficiency import CLASSES
+from gnnpipe.runtime.workerenv import MALLOC_VAR, check_workers, inspect_worker
+
+
+def test_dask_defaults_are_named_then_gnnpipe_workers_are_clean(caplog, small_graph) -> None:
+    """A cluster started with Dask's defaults: the pre-run check names the trim threshold and
+    the profiler with their cost, and the run still trains. A gp.Cluster started afterwards in
+    the same process (whose os.environ that nanny has just changed) has neither."""
+    model = gp.models.gcn(small_graph.num_features, hidden=8, out_dim=4, layers=2)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, silence_logs=logging.CRITICAL) as plain, \
+            Client(plain) as client:
+        workers = sorted(client.scheduler_info()["workers"])
+        found = check_workers(client, workers, threads=1)
+        assert set(found) == set(workers)
+        assert any(MALLOC_VAR in p and "1.8x slower" in p for p in found[workers[0]])
+        assert any("profiler" in p for p in found[workers[0]])
+        with caplog.at_level(logging.WARNING, logger="gnnpipe.runtime.workerenv"):
+            run = gp.train(model, small_graph, "pipeline", stages=2, chunks=4, epochs=2,
+                           cluster=client, progress=False)
+        assert len(run.history) == 2
+        assert f"{MALLOC_VAR}=65536" in caplog.text
+    with gp.Cluster(n_workers=1, threads_per_worker=2) as cluster:
+        env = cluster.client.run(inspect_worker)
+        (worker,) = env.values()
+        assert worker == {"malloc_trim_threshold": None, "profiler": False,
+                          "torch_threads": worker["torch_threads"], "omp_threads": "2"}
+        assert check_workers(cluster.client, cluster.workers(), threads=2) == {}
+
+
+@pytest.mark.parametrize(("mode", "kwargs"), [("pipeline", {"stages": 2, "chunks": 8}),
+                                              ("graph", {"parts": 2}),
+                                              ("hybrid", {"ways": 2, "stages": 2, "chunks": 8})])
+def test_distributed_runs_report_efficiency(cluster, small_graph, mode, kwargs) -> None:
+    model = gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=4)
+    run = gp.train(model, small_graph, mode, epochs=3, cluster=cluster, progress=False, **kwargs)
+    per_epoch = run.efficiency()
+    assert per_epoch["epoch"].tolist() == [0, 1, 2]
+    assert run.history["efficiency"].tolist() == per_epoch["efficiency"].tolist()
+    assert ((per_epoch["efficiency"] > 0) & (per_epoch["ideal"] > 0)).all()
+    shares = per_epoch[[f"{c}_share" for c in CLASSES]].sum(axis=1)
+    assert shares.round(9).eq(1.0).all()
+    ranks = run.rank_shares()
+    assert ranks.index.tolist() == list(range(run.timeline.num_ranks))
+    assert ranks["compute"].gt(0).all()
+    summary = run.summary().iloc[0]
+    assert 0 < summary["parallel_efficiency"] == pytest.approx(
+        per_epoch["efficiency"].iloc[1:].median())
