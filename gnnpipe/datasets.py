@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import stat
 from pathlib import Path
 
@@ -12,6 +11,9 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_undirected
+
+from gnnpipe import validate as check
+from gnnpipe.safe_pickle import load_planetoid_pickle
 
 logger = logging.getLogger(__name__)
 
@@ -35,22 +37,71 @@ def _cache_dir() -> Path:
     return Path(base) / "gnnpipe" / "planetoid"
 
 
-def _writable_root(root: Path, folder: str) -> Path:
-    """Return ``root`` if PyG can write ``processed/`` there, else a cache copy of ``<folder>/raw``."""
-    target = root / folder
-    if target.exists() and _writable(target):
-        return root
-    if not target.exists() and (not root.exists() or _writable(root)):
-        return root  # PyG will create it and download
-    cache = _cache_dir()
-    raw = target / "raw"
-    if raw.is_dir() and not (cache / folder / "raw").is_dir():
-        logger.info("copying read-only %s into %s", raw, cache / folder / "raw")
-        tmp = cache / folder / "raw.partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(raw, tmp)
-        tmp.rename(cache / folder / "raw")
-    return cache
+_RAW_FILES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+
+
+def _raw_dir(root: Path, folder: str, key: str) -> Path:
+    """The folder holding ``ind.<key>.*``: ``<root>/<folder>/raw``, else its user-cache copy;
+    if neither has them, downloaded from Planetoid's site (into the cache if ``root`` is
+    read-only). Nothing is written next to a root that has the files."""
+    names = [f"ind.{key}.{n}" for n in _RAW_FILES]
+    candidates = [root / folder / "raw", _cache_dir() / folder / "raw"]
+    for raw in candidates:
+        if all((raw / n).is_file() for n in names):
+            return raw
+    existing = next(p for p in (candidates[0], *candidates[0].parents) if p.exists())
+    raw = candidates[0] if _writable(existing) else candidates[1]
+    from torch_geometric.data import download_url
+    from torch_geometric.datasets import Planetoid
+
+    logger.info("downloading %s into %s", key, raw)
+    for n in names:
+        download_url(f"{Planetoid.url}/{n}", str(raw), log=False)
+    return raw
+
+
+def _read_matrix(path: Path) -> torch.Tensor:
+    """A Planetoid feature or one-hot label matrix, as float (dense), read without running code."""
+    obj = load_planetoid_pickle(path)
+    arr = np.asarray(obj.todense() if hasattr(obj, "todense") else obj)
+    if arr.ndim != 2 or arr.dtype.kind not in "biuf":
+        raise ValueError(f"root: {path} is not a Planetoid file: expected a 2-D numeric matrix, "
+                         f"got {type(obj).__name__} of shape {arr.shape}, dtype {arr.dtype}")
+    return torch.from_numpy(arr).to(torch.float)
+
+
+def _read_planetoid(raw: Path, key: str) -> Data:
+    """The graph with its public split, built exactly as PyG's ``read_planetoid_data`` does, from
+    files read by :func:`gnnpipe.safe_pickle.load_planetoid_pickle` (PyG's reader unpickles them
+    with ``pickle`` and caches with ``torch.load``, either of which runs code from a crafted file)."""
+    from torch_geometric.io import read_txt_array
+    from torch_geometric.io.planetoid import edge_index_from_dict
+    from torch_geometric.utils import index_to_mask
+
+    # ``x`` (the labelled rows of ``allx``) is unused, but checked like the others, as PyG does.
+    _x, tx, allx, y, ty, ally = (_read_matrix(raw / f"ind.{key}.{n}") for n in _RAW_FILES[:6])
+    graph = load_planetoid_pickle(raw / f"ind.{key}.graph")
+    if not isinstance(graph, dict):  # a bad file, not a bad argument: ValueError like the rest
+        raise ValueError(  # noqa: TRY004
+            f"root: {raw / f'ind.{key}.graph'} is not a Planetoid file: expected a dict of "
+            f"adjacency lists, got {type(graph).__name__}")
+    test_index = read_txt_array(str(raw / f"ind.{key}.test.index"), dtype=torch.long)
+    sorted_test = test_index.sort()[0]
+    if key == "citeseer":  # isolated test nodes: zero rows of tx, ty at the missing indices
+        span, low = int(test_index.max() - test_index.min()) + 1, test_index.min()
+        tx_ext, ty_ext = torch.zeros(span, tx.size(1)), torch.zeros(span, ty.size(1))
+        tx_ext[sorted_test - low], ty_ext[sorted_test - low] = tx, ty
+        tx, ty = tx_ext, ty_ext
+    features = torch.cat([allx, tx], dim=0)
+    features[test_index] = features[sorted_test]
+    labels = torch.cat([ally, ty], dim=0).max(dim=1)[1]
+    labels[test_index] = labels[sorted_test]
+    n, n_train = labels.size(0), y.size(0)
+    data = Data(x=features, edge_index=edge_index_from_dict(graph, num_nodes=n), y=labels)
+    data.train_mask = index_to_mask(torch.arange(n_train), size=n)
+    data.val_mask = index_to_mask(torch.arange(n_train, n_train + 500), size=n)
+    data.test_mask = index_to_mask(test_index, size=n)
+    return data
 
 
 def _writable(path: Path) -> bool:
@@ -63,25 +114,24 @@ def load(name: str, root: str | os.PathLike | None = None, normalize_features: b
 
     Args:
         name: dataset name, case-insensitive.
-        root: folder holding ``<Name>/raw/``; defaults to :func:`default_root`. A read-only root
-            is copied into a writable cache first.
+        root: folder holding ``<Name>/raw/``; defaults to :func:`default_root`. The raw files are
+            read with a restricted unpickler (a file naming any other global is refused, none of
+            it run) and nothing is cached: PyG's ``processed/`` is neither read nor written.
         normalize_features: row-normalise the bag-of-words features to sum to one, as the GCN
             and GCNII papers (and PyG's examples) do.
 
     Returns:
         A validated PyG ``Data`` with ``x``, ``y``, ``edge_index`` and the three masks.
     """
-    from torch_geometric.datasets import Planetoid
     from torch_geometric.transforms import NormalizeFeatures
 
     key = str(name).lower()
     if key not in PLANETOID:
         raise ValueError(f"name: unknown dataset {name!r}; expected one of {sorted(PLANETOID)}")
-    folder = PLANETOID[key]
     base = Path(root).expanduser() if root is not None else default_root()
-    transform = NormalizeFeatures() if normalize_features else None
-    dataset = Planetoid(str(_writable_root(base, folder)), folder, transform=transform)
-    data = dataset[0]
+    data = _read_planetoid(_raw_dir(base, PLANETOID[key], key), key)
+    if normalize_features:
+        data = NormalizeFeatures()(data)
     data.name = key
     validate(data)
     return data
@@ -106,15 +156,8 @@ def synthetic(
     Gaussian noise, so features alone are only partly informative and aggregation helps.
     Deterministic per ``seed``; a million nodes take seconds.
     """
-    _check_int("num_nodes", num_nodes, 2)
-    _check_int("num_classes", num_classes, 2)
-    _check_int("num_features", num_features, 1)
-    if not 0.0 <= homophily <= 1.0:
-        raise ValueError(f"homophily: expected a share in [0, 1], got {homophily}")
-    if not 0 < avg_degree < num_nodes:
-        raise ValueError(f"avg_degree: expected 0 < avg_degree < num_nodes, got {avg_degree}")
-    if not (0 < train_frac and 0 < val_frac and train_frac + val_frac < 1):
-        raise ValueError("train_frac, val_frac: expected positive shares that sum below 1")
+    _check_synthetic(num_nodes, avg_degree, num_classes, num_features, homophily, seed,
+                     feature_signal, train_frac, val_frac)
 
     rng = np.random.default_rng(seed)
     n, k = int(num_nodes), int(num_classes)
@@ -151,9 +194,26 @@ def synthetic(
     return data
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
+def _check_synthetic(num_nodes: object, avg_degree: object, num_classes: object,
+                     num_features: object, homophily: object, seed: object,
+                     feature_signal: object, train_frac: object, val_frac: object) -> None:
+    n = check.integer("num_nodes", num_nodes, 3)
+    check.integer("num_classes", num_classes, 2)
+    check.integer("num_features", num_features, 1)
+    check.integer("seed", seed, 0)
+    check.share("homophily", homophily)
+    check.finite_float("feature_signal", feature_signal)
+    degree = check.positive_float("avg_degree", avg_degree)
+    if degree >= n:
+        raise ValueError(f"avg_degree: expected 0 < avg_degree < num_nodes ({n}), got {avg_degree}")
+    train, val = check.positive_float("train_frac", train_frac), check.positive_float(
+        "val_frac", val_frac)
+    if train + val >= 1:
+        raise ValueError("train_frac, val_frac: expected positive shares that sum below 1, got "
+                         f"{train_frac} and {val_frac}")
+    if int(train * n) < 1 or int(val * n) < 1 or n - int(train * n) - int(val * n) < 1:
+        raise ValueError(f"num_nodes: {n} nodes leave a split empty at train_frac={train_frac}, "
+                         f"val_frac={val_frac}; use more nodes or larger shares")
 
 
 def validate(data: Data) -> Data:
@@ -190,6 +250,12 @@ def validate(data: Data) -> Data:
         raise ValueError(f"data.y: expected dtype torch.long, got {y.dtype}")
     if y.numel() and int(y.min()) < 0:
         raise ValueError("data.y: labels must be non-negative class ids")
+    _check_masks(data, n)
+    return data
+
+
+def _check_masks(data: Data, n: int) -> None:
+    """Three boolean masks of length ``n``, none empty, validation and test nodes not trained on."""
     for name in ("train_mask", "val_mask", "test_mask"):
         mask = getattr(data, name, None)
         if not isinstance(mask, torch.Tensor) or mask.dim() != 1 or mask.size(0) != n:
@@ -198,7 +264,14 @@ def validate(data: Data) -> Data:
             raise ValueError(f"data.{name}: expected dtype torch.bool, got {mask.dtype}")
     if not bool(data.train_mask.any()):
         raise ValueError("data.train_mask: is empty; at least one training node is needed")
-    return data
+    for name in ("val_mask", "test_mask"):
+        mask = getattr(data, name)
+        if not bool(mask.any()):
+            raise ValueError(f"data.{name}: is empty; expected at least one node (accuracy and "
+                             "the best epoch are measured on it)")
+        if shared := int((mask & data.train_mask).sum()):
+            raise ValueError(f"data.{name}: expected no training nodes, got {shared} nodes that "
+                             "are also in data.train_mask")
 
 
 def num_classes(data: Data) -> int:

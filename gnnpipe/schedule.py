@@ -171,7 +171,13 @@ def backward_op(stage: int, chunk: int, num_stages: int) -> Op:
     return Op("backward", stage, chunk, deps=(("backward", stage + 1, chunk, 0),))
 
 
+def _check_step(step: object) -> None:
+    if not isinstance(step, bool):
+        raise TypeError(f"step: expected True or False, got {step!r}")
+
+
 def _fill_drain(name: str, stages: int, chunks: int, step: bool) -> Schedule:
+    _check_step(step)
     ranks = []
     for s in range(stages):
         ops = [forward_op(s, c) for c in range(chunks)]
@@ -238,6 +244,7 @@ def one_f_one_b(stages: int, microbatches: int, *, step: bool = False) -> Schedu
     """
     stages = _check_positive("stages", stages)
     microbatches = _check_positive("microbatches", microbatches)
+    _check_step(step)
     ranks = []
     for s in range(stages):
         warmup = min(stages - s, microbatches)

@@ -37,11 +37,18 @@ def simulate(schedule: Schedule, costs: Costs, comm: float | None = None) -> Tim
         bytes 0, peer -1), rows in rank order then run order.
 
     Raises:
-        TypeError: If ``costs`` or ``comm`` (or a cost) is not a number where one is due.
-        ValueError: On a missing, negative or non-finite cost, a negative ``comm``, or a
+        TypeError: If ``schedule`` is not a Schedule, or ``costs`` or ``comm`` (or a cost)
+            is not a number where one is due.
+        ValueError: On a missing, negative or non-finite cost, a costs key naming no op kind,
+            a negative ``comm``, or a
             schedule that cannot progress (a dependency cycle or an op waiting for a
             later one).
     """
+    from gnnpipe.schedule import Schedule  # lazy: schedule depends on this module
+
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule: expected a gp.schedule Schedule (gp.schedule.gnnpipe(...) "
+                        f"etc.), got {type(schedule).__name__}")
     cost_of = _cost_function(costs)
     delay = _check_seconds("comm", 0.0 if comm is None else comm)
     ops = list(schedule.ops())
@@ -104,6 +111,17 @@ def _check_seconds(name: str, value: object) -> float:
     return value
 
 
+def _check_kinds(table: dict) -> None:
+    """Every key names a schedule op kind: a misspelt ``"forwrd"`` would only ever be ignored."""
+    from gnnpipe.schedule import OP_KINDS
+
+    for key in table:
+        kind = key[0] if isinstance(key, tuple) and key else key
+        if kind not in OP_KINDS:
+            raise ValueError(f"costs: key {key!r} names no op kind; expected keys kind, "
+                             f"(kind, stage) or (kind, stage, chunk) with kind one of {OP_KINDS}")
+
+
 def _cost_function(costs: Costs) -> Callable[[Op], float]:
     """Turn ``costs`` into a checked ``op -> seconds`` function."""
     if isinstance(costs, numbers.Real) and not isinstance(costs, bool):
@@ -111,6 +129,7 @@ def _cost_function(costs: Costs) -> Callable[[Op], float]:
         return lambda op: seconds
     if isinstance(costs, Mapping):
         table = dict(costs)
+        _check_kinds(table)
 
         def lookup(op: Op) -> float:
             for key in ((op.kind, op.stage, op.chunk), (op.kind, op.stage), op.kind):

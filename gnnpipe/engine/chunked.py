@@ -56,6 +56,10 @@ class Techniques:
         raise TypeError(f"techniques: expected Techniques, dict or bool, got {type(value).__name__}")
 
     def __post_init__(self) -> None:
+        for name in ("random_order", "snapshot", "unbiased_grad"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"techniques.{name}: expected True or False, "
+                                f"got {getattr(self, name)!r}")
         if isinstance(self.snapshot_period, bool) or not isinstance(self.snapshot_period, int) \
                 or self.snapshot_period < 1:
             raise ValueError(f"techniques.snapshot_period: expected an integer >= 1, "

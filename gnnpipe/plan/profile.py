@@ -26,11 +26,11 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from gnnpipe import datasets
 from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
 from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk as make_chunks
+from gnnpipe.validate import check_model_data, float32_features
 
 BYTES_PER_VALUE = 4  # fp32
 
@@ -218,7 +218,7 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
         blocks: profile only blocks ``start:stop`` (default: all); the profile then holds those.
         threads: torch threads while profiling (the Dask ranks use one).
     """
-    check_inputs(model, data)
+    data = check_inputs(model, data)
     n = data.num_nodes
     if n < 4:
         raise ValueError(f"data: profiling needs at least 4 nodes, got {n}")
@@ -269,13 +269,11 @@ def _per_row_and_chunk(t_low: float, t_high: float, low: int, high: int,
     return per_row, per_chunk
 
 
-def check_inputs(model: LayerStack, data: Data) -> None:
-    datasets.validate(data)
-    if not isinstance(model, LayerStack):
-        raise TypeError(f"model: expected a gnnpipe LayerStack, got {type(model).__name__}")
-    if data.x.size(1) != model.in_dim:
-        raise ValueError(f"model: its input width {model.in_dim} does not match data.x's "
-                         f"{data.x.size(1)} features")
+def check_inputs(model: LayerStack, data: Data) -> Data:
+    """The model fits the graph (:func:`gnnpipe.validate.check_model_data`); ``data`` with
+    float32 features (others are converted, with a logged warning)."""
+    check_model_data(model, data)
+    return float32_features(data)
 
 
 def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data,
@@ -286,7 +284,7 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
     from gnnpipe.engine.local import stage_ranges
     from gnnpipe.runtime.cluster import resolve
 
-    check_inputs(model, data)
+    data = check_inputs(model, data)
     handle, owned = resolve(cluster, workers)
     try:
         addresses = handle.ready(workers)

@@ -4,12 +4,13 @@ byte counters equal to the formulas."""
 from __future__ import annotations
 
 import copy
-from types import SimpleNamespace
+import dataclasses
 
 import pytest
 import torch
 
 import gnnpipe as gp
+from gnnpipe.plan import profile_model
 
 EPOCHS = 10
 
@@ -46,7 +47,9 @@ def test_pipeline_with_one_block_end_stages_equals_local(cluster, small_graph, g
     """Stages holding only the input projection or only the classifier (splits a plan may
     choose): ``h0`` crosses the first boundary, not the last one."""
     ranges = [(0, 1), (1, len(gcnii) - 1), (len(gcnii) - 1, len(gcnii))]
-    plan = SimpleNamespace(ranges=ranges, chunks=4)  # train reads a plan's ranges and chunks
+    profile = profile_model(gcnii, small_graph, 4, repeats=1)
+    plan = dataclasses.replace(gp.plan(gcnii, small_graph, 3, profile=profile),
+                               ranges=tuple(ranges), chunks=4)  # a split a plan may choose
     local = gp.train(copy.deepcopy(gcnii), small_graph, "local", plan=plan, epochs=3,
                      progress=False)
     pipe = gp.train(copy.deepcopy(gcnii), small_graph, "pipeline", plan=plan, epochs=3,
