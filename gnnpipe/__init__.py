@@ -1,36 +1,67 @@
 """gnnpipe: deep GNN training on whole graphs with GNNPipe's layer pipeline, graph parallelism
-and their hybrid, on Dask workers."""
+and their hybrid, on Dask workers.
+
+The names below load on first use (PEP 562), so ``import gnnpipe`` (and ``gnnpipe --help``)
+does not import torch."""
 
 from __future__ import annotations
 
-from gnnpipe import datasets, models, schedule
-from gnnpipe.engine.chunked import Techniques
-from gnnpipe.events import Timeline
-from gnnpipe.partition import Partitioning, chunk, partition
-from gnnpipe.plan import Plan, plan
-from gnnpipe.run import Run
-from gnnpipe.runtime.cluster import Cluster
-from gnnpipe.simulate import simulate
-from gnnpipe.train import train
-from gnnpipe.volume import comm_volume
+import importlib
+import sys
+import types
+from typing import Any
 
 __version__ = "0.1.0"
 
+#: Where each public name lives; the three submodules are public as modules.
+_HOMES = {
+    "Cluster": "gnnpipe.runtime.cluster",
+    "Partitioning": "gnnpipe.partition",
+    "Plan": "gnnpipe.plan",
+    "Run": "gnnpipe.run",
+    "Techniques": "gnnpipe.engine.chunked",
+    "Timeline": "gnnpipe.events",
+    "chunk": "gnnpipe.partition",
+    "comm_volume": "gnnpipe.volume",
+    "partition": "gnnpipe.partition",
+    "plan": "gnnpipe.plan",
+    "simulate": "gnnpipe.simulate",
+    "train": "gnnpipe.train",
+}
+_SUBMODULES = ("datasets", "models", "schedule")
+
 __all__ = [
-    "Cluster",
-    "Partitioning",
-    "Plan",
-    "Run",
-    "Techniques",
-    "Timeline",
-    "__version__",
-    "chunk",
-    "comm_volume",
-    "datasets",
-    "models",
-    "partition",
-    "plan",
-    "schedule",
-    "simulate",
-    "train",
+    "Cluster", "Partitioning", "Plan", "Run", "Techniques", "Timeline", "__version__", "chunk",
+    "comm_volume", "datasets", "models", "partition", "plan", "schedule", "simulate", "train",
 ]
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Importing the submodule gnnpipe.train (or .plan, .partition, .simulate) binds it on
+        # the package; gp.train must stay the function of the same name.
+        if isinstance(value, types.ModuleType) and _HOMES.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # pickled by name, like any module (cloudpickle, sending a script's functions that use
+        # ``gp`` to Dask workers, dispatches on the exact type ModuleType)
+        return importlib.import_module, (self.__name__,)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+sys.modules[__name__].__class__ = _Package

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import logging
 import time
 from dataclasses import asdict
@@ -14,7 +13,7 @@ import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from gnnpipe import datasets
+from gnnpipe import validate
 from gnnpipe.engine import single
 from gnnpipe.engine.chunked import Techniques
 from gnnpipe.engine.graph import normalized_adjacency
@@ -26,63 +25,8 @@ from gnnpipe.run import HISTORY_COLUMNS, Run
 
 logger = logging.getLogger(__name__)
 
-MODES = ("single", "local", "pipeline", "graph", "hybrid")
-DISTRIBUTED = ("pipeline", "graph", "hybrid")
-DEVICES = ("cpu", "cuda")
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return value
-
-
-def _check(model: Any, data: Any, mode: str, epochs: Any, lr: Any, stages: Any, chunks: Any,
-           weight_decay: Any, ways: Any, parts: Any, workers: Any, eval_every: Any,
-           device: Any) -> None:
-    if mode not in MODES:
-        raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
-    if not isinstance(model, LayerStack):
-        raise TypeError(f"model: expected a gnnpipe LayerStack (gp.models.gcnii(...) etc.), "
-                        f"got {type(model).__name__}")
-    datasets.validate(data)
-    _positive_int("epochs", epochs)
-    _positive_int("eval_every", eval_every)
-    if device not in DEVICES:
-        raise ValueError(f"device: expected one of {DEVICES}, got {device!r}")
-    if device == "cuda" and mode not in DISTRIBUTED and not torch.cuda.is_available():
-        raise ValueError("device: 'cuda' asked, but torch sees no GPU in this process")
-    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or lr <= 0:
-        raise ValueError(f"lr: expected a positive number, got {lr!r}")
-    if not isinstance(weight_decay, (int, float)) or weight_decay < 0:
-        raise ValueError(f"weight_decay: expected a number >= 0, got {weight_decay!r}")
-    if data.x.size(1) != model.in_dim:
-        raise ValueError(f"model: its input width {model.in_dim} does not match "
-                         f"data.x's {data.x.size(1)} features")
-    _positive_int("stages", stages)
-    if stages > len(model):
-        raise ValueError(f"stages: {stages} stages need at least as many blocks, but the model has "
-                         f"{len(model)} ({model.num_layers} GNN layers plus projections)")
-    _positive_int("chunks", chunks)
-    if chunks > data.num_nodes:
-        raise ValueError(f"chunks: {chunks} chunks exceed the graph's {data.num_nodes} nodes")
-    _positive_int("ways", ways)
-    if ways != 1 and mode != "hybrid":
-        raise ValueError(f"ways: {ways} pipelines side by side is mode='hybrid'; mode={mode!r} "
-                         "runs one")
-    _positive_int("parts", parts)
-    if parts > data.num_nodes:
-        raise ValueError(f"parts: {parts} partitions exceed the graph's {data.num_nodes} nodes")
-    if mode == "hybrid" and chunks % ways:
-        raise ValueError(f"chunks: hybrid splits chunks evenly among ways; {chunks} chunks do not "
-                         f"divide into {ways} ways")
-    if workers is not None:
-        world = parts if mode == "graph" else stages * ways
-        _positive_int("workers", workers)
-        if mode in DISTRIBUTED and workers != world:
-            what = "parts" if mode == "graph" else "ways x stages"
-            raise ValueError(f"workers: {what} = {world} ranks, but workers={workers}; "
-                             "one rank runs on each worker")
+MODES = validate.MODES  # the CLI's mode choices
+DISTRIBUTED = validate.DISTRIBUTED
 
 
 def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 200,
@@ -96,7 +40,8 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
 
     Args:
         model: a :class:`~gnnpipe.models.LayerStack` (``gp.models.gcnii(...)`` and friends).
-        data: a PyG ``Data`` with features, labels and train/val/test masks.
+        data: a PyG ``Data`` with features, labels and train/val/test masks; float64 or
+            float16 features are converted to float32 (a logged warning; ``data`` is not changed).
         mode: ``"single"`` (exact full graph) or ``"local"`` (GNNPipe's chunked epoch in one
             process); ``"pipeline"``, ``"graph"`` and ``"hybrid"`` run on Dask workers.
         epochs: optimizer steps (one per epoch in every mode).
@@ -125,18 +70,18 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
             model is moved there); distributed ranks each take a GPU of their worker and talk
             through NCCL instead of gloo.
         progress: show a tqdm bar.
+
+    Raises:
+        ValueError, TypeError: naming the bad argument (:func:`gnnpipe.validate.check_train`),
+            before the graph is chunked or any Dask cluster is contacted.
     """
-    ranges = None
-    if plan is not None:
-        ranges = [tuple(r) for r in plan.ranges]
-        stages, chunks = len(ranges), plan.chunks
-        if ranges[0][0] != 0 or ranges[-1][1] != len(model) or any(
-                a[1] != b[0] for a, b in itertools.pairwise(ranges)):
-            raise ValueError(f"plan: its stage ranges {ranges} do not tile the model's "
-                             f"{len(model)} blocks; was it made for another model?")
-    chunks = 4 * stages if chunks is None else chunks
-    _check(model, data, mode, epochs, lr, stages, chunks, weight_decay, ways, parts, workers,
-           eval_every, device)
+    data = validate.check_train(
+        model, data, mode, plan=plan, stages=stages, chunks=chunks, ways=ways, parts=parts,
+        workers=workers, cluster=cluster, techniques=techniques, epochs=epochs, lr=lr,
+        weight_decay=weight_decay, gnn_weight_decay=gnn_weight_decay, seed=seed,
+        recompute=recompute, background=background, timeout=timeout, eval_every=eval_every,
+        device=device, progress=progress)
+    ranges, stages, chunks = validate.split(plan, stages, chunks)
     tech = Techniques.coerce(techniques)
     config = {"mode": mode, "model": model.name, "layers": model.num_layers, "epochs": epochs,
               "lr": lr, "weight_decay": weight_decay, "gnn_weight_decay": gnn_weight_decay,
@@ -196,10 +141,17 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
 
 
 def _follow(run: Any, epochs: int, progress: bool) -> Run:
-    """Wait for a distributed run, advancing a progress bar from its live history."""
+    """Wait for a distributed run, advancing a progress bar (with the latest loss and
+    accuracies) from its live history."""
     with tqdm(total=epochs, desc=f"{run.config['model']} {run.config['mode']}",
               disable=not progress, leave=False) as bar:
         while not run.done:
             time.sleep(0.2)
-            bar.update(len(run.history) - bar.n)
+            history = run.history if progress else ()
+            if len(history) > bar.n:
+                last, scored = history.iloc[-1], history.dropna(subset=["val_acc"])
+                accs = scored.iloc[-1] if len(scored) else last  # eval_every skips epochs
+                bar.set_postfix(loss=f"{last['loss']:.3f}", val=f"{accs['val_acc']:.3f}",
+                                test=f"{accs['test_acc']:.3f}", refresh=False)
+                bar.update(len(history) - bar.n)
     return run.wait()

@@ -1,12 +1,31 @@
-"""The gnnpipe command line."""
+"""The gnnpipe command line: cheap help, one-line errors before any cluster, run folders that
+lose nothing, and the planner loop (``plan --out`` then ``train --plan``)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
+import cloudpickle
+import distributed
 import pandas as pd
+import pytest
 
-from gnnpipe.cli import main
+import gnnpipe as gp
+from gnnpipe import cli_args, cli_runs
+from gnnpipe.cli import build_parser, main
+from gnnpipe.models import Block
+from gnnpipe.plan import Plan
+from gnnpipe.runtime.cluster import Cluster
+from gnnpipe.runtime.launch import RankFailure
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--dataset", "synthetic:600", "--model", "gcn", "--layers", "3", "--hidden", "8"]
 
 
 def test_simulate_prints_the_bubble_and_writes_a_trace(tmp_path, capsys):
@@ -33,3 +52,216 @@ def test_bad_arguments_exit_2_without_writing(tmp_path, capsys):
     assert code == 2
     assert "stages: 5 stages need at least as many blocks" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, check=True)
+
+
+def test_the_parser_and_help_import_no_torch():
+    probe = _python("import sys, gnnpipe.cli as c; c.build_parser(); print('torch' in sys.modules)")
+    assert probe.stdout.strip() == "False"
+    helped = subprocess.run([sys.executable, "-m", "gnnpipe.cli", "--help"], capture_output=True,
+                            text=True, cwd=ROOT, timeout=120, check=False)
+    assert helped.returncode == 0
+    assert all(c in helped.stdout for c in ("train", "simulate", "plan", "dashboard"))
+
+
+def test_the_lazy_package_keeps_the_public_api():
+    probe = _python("import sys, gnnpipe as gp, gnnpipe.train, gnnpipe.plan; "
+                    "from gnnpipe import Cluster; "
+                    "print(callable(gp.train), callable(gp.plan), gp.models.gcn.__name__, "
+                    "Cluster.__name__, 'torch' in sys.modules)")
+    assert probe.stdout.split() == ["True", "True", "gcn", "Cluster", "True"]
+
+
+def test_the_lazy_package_pickles_by_name():
+    """A script's functions that use ``gp`` travel to Dask workers by value (cloudpickle):
+    the package inside them must pickle as a module does, by name."""
+    import pickle
+
+    import gnnpipe as gp
+
+    assert pickle.loads(cloudpickle.dumps(gp)) is gp
+    assert pickle.loads(pickle.dumps(gp)) is gp
+
+
+def test_the_cli_names_are_the_librarys():
+    from gnnpipe import datasets, models
+    from gnnpipe.train import DISTRIBUTED, MODES
+
+    assert cli_args.MODES == MODES
+    assert cli_args.DISTRIBUTED == DISTRIBUTED
+    assert cli_args.MODELS == tuple(sorted(models.MODELS))
+    assert cli_args.DATASETS == tuple(sorted(datasets.PLANETOID))
+
+
+def test_every_option_states_its_default():
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert {"train", "demo", "simulate", "plan", "dashboard"} <= set(commands.choices)
+    for name, sub in commands.choices.items():
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, f"{name} {action.dest}: no help"
+            assert "(default: " in formatter._expand_help(action), f"{name} {action.dest}"
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory):
+    """A plan for TINY made by ``gnnpipe plan --out`` (profiled in this process)."""
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    assert main(["plan", *TINY, "--workers", "2", "--repeats", "1", "--out", str(path)]) == 0
+    return path
+
+
+BAD = [
+    (["train", "--lr", "inf"], "--lr: expected a finite number > 0"),
+    (["train", "--lr", "nan"], "--lr"),
+    (["train", "--lr", "-1"], "--lr"),
+    (["train", "--threads", "0"], "--threads: expected an integer >= 1"),
+    (["train", "--epochs", "0"], "--epochs"),
+    (["train", "--layers", "0"], "--layers"),
+    (["train", "--hidden", "0"], "--hidden"),
+    (["train", "--weight-decay", "-1"], "--weight-decay"),
+    (["train", "--dropout", "1.5"], "--dropout"),
+    (["train", "--dataset", "synthetic:abc"], "--dataset"),
+    (["train", "--dataset", "synthetic:-5"], "--dataset"),
+    (["train", "--dataset", "imagenet"], "--dataset"),
+    (["train", "--out", "{file}"], "--out: "),
+    (["train", "--out", "{file}/runs"], "--out: "),
+    (["train", "--mode", "graph", "--chunks", "4"], "--chunks: does not apply to --mode graph"),
+    (["train", "--mode", "graph", "--stages", "2"], "--stages"),
+    (["train", "--mode", "graph", "--ways", "2"], "--ways"),
+    (["train", "--mode", "single", "--stages", "2"], "--stages"),
+    (["train", "--mode", "single", "--parts", "2"], "--parts"),
+    (["train", "--mode", "single", "--chunks", "2"], "--chunks"),
+    (["train", "--mode", "pipeline", "--parts", "2"], "--parts"),
+    (["train", "--mode", "pipeline", "--ways", "2"], "--ways"),
+    (["train", "--mode", "local", "--scheduler", "tcp://127.0.0.1:1"], "--scheduler"),
+    (["train", "--dashboard"], "--dashboard"),
+    (["train", *TINY, "--mode", "hybrid", "--stages", "2", "--ways", "2", "--chunks", "5"],
+     "chunks: hybrid splits chunks evenly"),
+    (["train", "--plan", "missing.json"], "--plan: no plan file"),
+    (["train", "--plan", "{file}"], "--plan: "),
+    (["train", "--plan", "{plan}", "--model", "sage"], "--model: "),
+    (["train", "--plan", "{plan}", "--layers", "5"], "--layers: "),
+    (["train", "--plan", "{plan}", "--stages", "2"], "--stages: "),
+    (["train", "--plan", "{plan}", "--mode", "graph"], "--mode: "),
+    (["plan", "--workers", "0"], "--workers"),
+    (["plan", "--memory-limit", "8XB"], "--memory-limit"),
+    (["plan", "--bandwidth", "abc"], "--bandwidth"),
+    (["simulate", "--stages", "0"], "--stages"),
+    (["simulate", "--chunks", "-1"], "--chunks"),
+    (["simulate", "--forward", "nan"], "--forward"),
+    (["simulate", "--trace", "{file}/trace.json"], "--trace"),
+    (["dashboard", "--port", "-1"], "--port"),
+    (["dashboard", "--port", "99999"], "--port"),
+    (["dashboard", "runs/missing/"], "run: no run folder"),
+    (["dashboard"], "--explore"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_a_bad_command_line_is_one_line_and_exit_2(argv, message, request, tmp_path, capsys,
+                                                   monkeypatch):
+    started = []
+
+    def tripwire(self, *args, **kwargs):
+        started.append(type(self).__name__)
+        raise RuntimeError("tripwire: a cluster was started")
+
+    monkeypatch.setattr(Cluster, "__init__", tripwire)
+    monkeypatch.setattr(distributed.LocalCluster, "__init__", tripwire)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("not a plan, not a folder")
+    plan = request.getfixturevalue("plan_file") if "{plan}" in argv else None
+    capsys.readouterr()  # what making the plan printed
+    argv = [a.format(file=tmp_path / "file", plan=plan) for a in argv]
+    assert main([*argv, "--out", str(tmp_path / "runs")] if argv[0] == "train" and
+                "--out" not in argv else argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert message in err and "Traceback" not in err
+    assert not started
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_dashboard_on_a_busy_port_exits_2_at_once():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "gnnpipe.cli", "dashboard", "--explore",
+                               "--port", str(port)], capture_output=True, text=True, cwd=ROOT,
+                              timeout=60, check=False)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"--port: cannot listen on 127.0.0.1:{port}" in done.stderr
+
+
+def test_run_folders_are_new_even_within_a_second(tmp_path, monkeypatch):
+    first, second = (cli_runs.new_run_folder(tmp_path, "single") for _ in range(2))
+    assert first != second and first.is_dir() and second.is_dir()
+    monkeypatch.setattr(cli_runs, "_stamp", lambda: "20250101-000000")
+    suffixes = iter(["aaaaaa", "aaaaaa", "bbbbbb"])
+    monkeypatch.setattr(cli_runs, "_suffix", lambda: next(suffixes))
+    taken = cli_runs.new_run_folder(tmp_path, "graph")
+    again = cli_runs.new_run_folder(tmp_path, "graph")  # the name taken: retried
+    assert (taken.name, again.name) == ("20250101-000000-graph-aaaaaa",
+                                        "20250101-000000-graph-bbbbbb")
+
+
+def test_plan_out_then_train_plan_trains_that_split(plan_file, tmp_path, capsys, cluster):
+    plan = Plan.from_json(plan_file)
+    assert plan.to_dict() == json.loads(plan_file.read_text())
+    assert plan.made_for == {"dataset": "synthetic:600", "model": "gcn", "layers": 3, "hidden": 8}
+    assert plan.timeline.makespan() == pytest.approx(plan.epoch_time)
+    assert main(["plan", *TINY, "--workers", "2", "--repeats", "1", "--out",
+                 str(tmp_path / "again.json")]) == 0
+    assert (f"gnnpipe train --plan {tmp_path / 'again.json'} --dataset synthetic:600 --model gcn "
+            f"--layers 3 --hidden 8") in capsys.readouterr().out
+    runs = tmp_path / "runs"
+    assert main(["train", "--plan", str(plan_file), "--epochs", "1", "--out", str(runs),
+                 "--scheduler", cluster.client.scheduler.address]) == 0
+    (folder,) = runs.iterdir()
+    config = json.loads((folder / "config.json").read_text())
+    assert config["mode"] == "pipeline" and config["chunks"] == plan.chunks
+    assert [tuple(r) for r in config["ranges"]] == list(plan.ranges)
+
+
+class ExplodingBlock(Block):
+    """Passes ``h`` through, but raises in the forward of epoch ``epoch``."""
+
+    def __init__(self, width: int, epoch: int) -> None:
+        super().__init__()
+        self.in_dim = self.out_dim = width
+        self.epoch = epoch
+
+    def forward(self, h, h0, ctx):
+        if ctx.training and getattr(ctx, "epoch", 0) == self.epoch:
+            raise FloatingPointError(f"injected failure at epoch {self.epoch}")
+        return h, h0
+
+
+def test_a_failed_run_still_saves_what_it_did(cluster, small_graph, tmp_path):
+    model = gp.models.gcn(small_graph.num_features, hidden=8, out_dim=4, layers=4, dropout=0.0)
+    model.blocks.append(ExplodingBlock(4, epoch=3))
+    model.blocks[-1].key = len(model.blocks) - 1
+    run = gp.train(model, small_graph, "pipeline", stages=2, chunks=4, epochs=50,
+                   cluster=cluster, background=True, progress=False)
+    with pytest.raises(cli_runs.RunFailed, match="rank 1 failed") as failed:
+        cli_runs.finish(run, tmp_path, "pipeline", 50, progress=False)
+    assert isinstance(failed.value.cause, RankFailure)
+    (folder,) = tmp_path.iterdir()
+    assert failed.value.folder == folder
+    config = json.loads((folder / "config.json").read_text())
+    assert config["status"] == "failed" and "injected failure at epoch 3" in config["error"]
+    history = pd.read_csv(folder / "history.csv")
+    assert 1 <= len(history) <= 3 and history["epoch"].tolist() == list(range(len(history)))
+    ops = [e for e in json.loads((folder / "trace.json").read_text())["traceEvents"]
+           if e["ph"] == "X"]
+    assert ops  # the trace of what ran before the failure

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from torch_geometric.data import Data
 
+from gnnpipe import validate as check
 from gnnpipe.events import Timeline
 from gnnpipe.models import LayerStack
-from gnnpipe.plan.profile import Profile, check_inputs, profile_model, profile_on_workers
+from gnnpipe.plan.profile import BlockCost, Profile, check_inputs, profile_model, profile_on_workers
 from gnnpipe.plan.stages import Fits, split_stages
 from gnnpipe.plan.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
 from gnnpipe.schedule import gnnpipe as gnnpipe_schedule
@@ -21,6 +25,8 @@ from gnnpipe.simulate import simulate
 #: Seconds each point-to-point message costs besides its bytes (gloo latency, Python).
 DEFAULT_LATENCY = 1e-4
 MAX_CHUNKS = 64
+#: The ``format`` of a plan written by :meth:`Plan.to_json`.
+PLAN_FORMAT = "gnnpipe.plan/1"
 
 
 def chunk_candidates(stages: int, num_nodes: int, limit: int = MAX_CHUNKS) -> list[int]:
@@ -99,6 +105,8 @@ class Plan:
         profile: the measured block costs the plan came from.
         candidates: every chunk count tried, with its DP split and that split's predicted epoch
             (before the boundaries were nudged).
+        made_for: what the plan was made for, as its maker records it (the command line keeps
+            ``model``, ``layers``, ``hidden`` and ``dataset`` here); saved with :meth:`to_json`.
     """
 
     ranges: tuple[tuple[int, int], ...]
@@ -113,6 +121,7 @@ class Plan:
     bandwidth: float = DEFAULT_BANDWIDTH
     latency: float = DEFAULT_LATENCY
     candidates: pd.DataFrame = field(default_factory=pd.DataFrame)
+    made_for: dict[str, Any] = field(default_factory=dict)
 
     def predict(self, ranges: Sequence[tuple[int, int]] | None = None,
                 chunks: int | None = None) -> Timeline:
@@ -129,6 +138,66 @@ class Plan:
             "predicted_s": self.stage_times,
             "memory": [format_bytes(m) for m in self.memory],
         }).set_index("stage")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values: everything but the simulated timeline, which
+        :meth:`from_dict` simulates again from the profile."""
+        return {
+            "format": PLAN_FORMAT, "made_for": dict(self.made_for),
+            "ranges": [list(r) for r in self.ranges], "chunks": self.chunks,
+            "epoch_time": self.epoch_time, "stage_times": list(self.stage_times),
+            "memory": list(self.memory), "layers": list(self.layers),
+            "memory_limit": self.memory_limit, "bandwidth": self.bandwidth,
+            "latency": self.latency, "profile": {
+                **dataclasses.asdict(self.profile),
+                "blocks": [dataclasses.asdict(b) for b in self.profile.blocks],
+                "chunk_counts": list(self.profile.chunk_counts),
+                "boundary_bytes": list(self.profile.boundary_bytes)},
+            "candidates": [{"chunks": int(r["chunks"]), "epoch_time": float(r["epoch_time"]),
+                            "ranges": [list(x) for x in r["ranges"]]}
+                           for r in self.candidates.to_dict("records")],
+        }
+
+    @classmethod
+    def from_dict(cls, values: Any) -> Plan:
+        """The plan :meth:`to_dict` described; ``ValueError`` if ``values`` is not one."""
+        if not isinstance(values, dict) or values.get("format") != PLAN_FORMAT:
+            raise ValueError(f"plan: expected a gnnpipe plan (written by Plan.to_json or "
+                             f"'gnnpipe plan --out'), got {type(values).__name__} without "
+                             f"format {PLAN_FORMAT!r}")
+        try:
+            raw = values["profile"]
+            profile = Profile(blocks=tuple(BlockCost(**b) for b in raw["blocks"]),
+                              num_nodes=raw["num_nodes"], chunk_counts=tuple(raw["chunk_counts"]),
+                              boundary_bytes=tuple(raw["boundary_bytes"]), seconds=raw["seconds"])
+            ranges = tuple(tuple(int(x) for x in r) for r in values["ranges"])
+            chunks, bandwidth, latency = int(values["chunks"]), values["bandwidth"], values["latency"]
+            return cls(
+                ranges=ranges, chunks=chunks, epoch_time=float(values["epoch_time"]),
+                stage_times=tuple(values["stage_times"]), memory=tuple(values["memory"]),
+                layers=tuple(values["layers"]),
+                timeline=predict(profile, ranges, chunks, bandwidth, latency), profile=profile,
+                memory_limit=values["memory_limit"], bandwidth=bandwidth, latency=latency,
+                candidates=pd.DataFrame([{**c, "ranges": [tuple(x) for x in c["ranges"]]}
+                                         for c in values["candidates"]]),
+                made_for=dict(values["made_for"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"plan: a damaged gnnpipe plan ({type(err).__name__}: {err})") from None
+
+    def to_json(self, path: str | Path) -> Path:
+        """Write :meth:`to_dict` as JSON to ``path``; returns the path."""
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=1))
+        return path
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Plan:
+        """Read a plan written by :meth:`to_json`; ``ValueError`` naming the file otherwise."""
+        try:
+            values = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"plan: cannot read a plan from {path} ({err})") from None
+        return cls.from_dict(values)
 
     def __repr__(self) -> str:
         limit = "none" if self.memory_limit is None else format_bytes(self.memory_limit)
@@ -151,7 +220,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
 
     Args:
         model: the stack to split.
-        data: the graph it trains on.
+        data: the graph it trains on (float64 or float16 features are profiled as float32).
         workers: pipeline stages (one Dask worker each).
         memory_limit: bytes per stage, as a number or a string (``"8GB"``, ``"512MiB"``).
         bandwidth: stage-to-stage bytes/s (a number or ``"1GB/s"``); default
@@ -167,7 +236,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         seed: seeds the sample chunking.
         repeats: profiled epochs at each of the profiler's two chunk counts (medians are used).
     """
-    check_inputs(model, data)
+    data = check_inputs(model, data)
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= len(model):
         raise ValueError(f"workers: expected 1 to {len(model)} (the model's blocks), "
                          f"got {workers!r}")
@@ -179,6 +248,12 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
                          for c in counts):
         raise ValueError(f"chunks: expected counts from 1 to {n} (the graph's nodes), "
                          f"got {chunks!r}")
+    check.nonnegative_float("latency", latency)
+    check.integer("seed", seed, 0)
+    check.positive_int("repeats", repeats)
+    if profile is not None and not isinstance(profile, Profile):
+        raise TypeError(f"profile: expected a Profile from gp.plan.profile_model, "
+                        f"got {type(profile).__name__}")
     if profile is None and cluster is not None:
         profile = profile_on_workers(cluster, workers, model, data, 4 * workers,
                                      repeats=repeats, seed=seed)

@@ -9,6 +9,8 @@ from typing import Any
 
 from distributed import Client, LocalCluster, get_worker
 
+from gnnpipe.runtime.workerenv import rank_environment
+
 logger = logging.getLogger(__name__)
 
 
@@ -40,13 +42,16 @@ class Cluster:
             # Rank errors reach the caller as RankFailure; worker logs at shutdown (heartbeats to a
             # scheduler already closed) would only be noise.
             kwargs.setdefault("silence_logs", logging.CRITICAL)
-            self._local = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                       host=host, dashboard_address=f"{host}:0", **kwargs)
+            with rank_environment(threads_per_worker):  # full-speed torch in every rank
+                self._local = LocalCluster(n_workers=n_workers, threads_per_worker=1,
+                                           processes=True, host=host,
+                                           dashboard_address=f"{host}:0", **kwargs)
             self.client = Client(self._local)
             self.size = n_workers
 
     def workers(self) -> list[str]:
-        """Addresses of the workers now connected, sorted (rank ``r`` runs on the ``r``-th)."""
+        """Addresses of the workers now connected, sorted (a run takes those free of other
+        gnnpipe runs, idle ones first, in this order)."""
         return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
 
     def ready(self, world: int, timeout: float = 120.0) -> list[str]:
@@ -56,9 +61,13 @@ class Cluster:
             self._await_workers(world, timeout)
         return self.workers()
 
-    def restart(self) -> None:
-        """Restart every worker process (frees ranks stuck in a collective after a failure)."""
-        self.client.restart(wait_for_workers=False)
+    def restart(self, workers: list[str] | None = None) -> None:
+        """Restart ``workers`` only (frees a failed run's ranks stuck in a collective, leaving
+        other runs and clients alone), or every worker, cancelling all tasks, when None."""
+        if workers is None:
+            self.client.restart(wait_for_workers=False)
+        else:
+            self.client.restart_workers(workers, timeout=120, raise_for_error=False)
         if self.size is not None:
             self._await_workers(self.size, 180.0)
 
@@ -73,7 +82,8 @@ class Cluster:
             if left <= 0:
                 logger.warning("only %d of %d workers came back", len(self.workers()), n)
                 return
-            self._local.scale(self.size)  # type: ignore[union-attr]
+            with rank_environment(self.threads_per_worker):
+                self._local.scale(self.size)  # type: ignore[union-attr]
             try:
                 self.client.wait_for_workers(n, timeout=min(left, 10.0))
             except TimeoutError:
@@ -95,18 +105,59 @@ class Cluster:
         return f"Cluster({kind}, scheduler={self.client.scheduler.address}, workers={len(self.workers())})"
 
 
+#: Seconds to reach a scheduler given by address: the TCP probe, then the Client's handshake.
+PROBE_TIMEOUT, CONNECT_TIMEOUT = 3.0, 10.0
+
+
+def check_cluster(cluster: Any) -> None:
+    """Refuse a ``cluster`` argument that cannot run anything, without starting a worker: the
+    wrong type, a closed :class:`Cluster` or ``Client``, or an address where nothing answers
+    (a plain TCP connect, :data:`PROBE_TIMEOUT` s)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    if cluster is None:
+        return
+    if isinstance(cluster, (Cluster, Client)):
+        client = cluster.client if isinstance(cluster, Cluster) else cluster
+        if client.status in ("closing", "closed"):
+            raise ValueError(f"cluster: the {type(cluster).__name__} given is closed; "
+                             "pass an open one, or None for a new local cluster")
+        return
+    if not isinstance(cluster, str):
+        raise TypeError(f"cluster: expected None, gp.Cluster, distributed.Client or a scheduler "
+                        f"address, got {type(cluster).__name__}")
+    scheme, location = parse_address(cluster.strip())
+    if scheme in ("inproc", "ucx"):
+        return  # nothing a TCP probe could check
+    try:
+        if scheme not in ("tcp", "tls", "ws", "wss"):
+            raise ValueError(scheme)
+        host, port = parse_host_port(location)
+    except ValueError:
+        raise ValueError(f"cluster: expected a scheduler address such as 'tcp://host:8786', "
+                         f"got {cluster!r}") from None
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT).close()
+    except OSError as err:
+        raise ValueError(f"cluster: nothing answers at {scheme}://{host}:{port} ({err}); start "
+                         f"a scheduler there, or pass cluster=None for a local one") from None
+
+
 def resolve(cluster: Cluster | Client | str | None, world: int) -> tuple[Cluster, bool]:
-    """Turn ``train``'s ``cluster`` argument into a :class:`Cluster`; True when we own it."""
+    """Turn ``train``'s ``cluster`` argument into a :class:`Cluster`; True when we own it.
+    Refuses what :func:`check_cluster` refuses before any connection or worker."""
+    check_cluster(cluster)
     if cluster is None:
         return Cluster(n_workers=world), True
     if isinstance(cluster, Cluster):
         return cluster, False
     if isinstance(cluster, Client):
         return Cluster(client=cluster), False
-    if isinstance(cluster, str):
-        return Cluster(address=cluster), True
-    raise TypeError(f"cluster: expected None, gp.Cluster, distributed.Client or a scheduler "
-                    f"address, got {type(cluster).__name__}")
+    try:
+        client = Client(cluster, timeout=CONNECT_TIMEOUT)
+    except OSError as err:  # it accepts TCP but no Dask scheduler answers in time
+        raise ValueError(f"cluster: no Dask scheduler answers at {cluster} ({err})") from None
+    return Cluster(client=client), True
 
 
 def gpu_ids() -> list[str]:
@@ -136,8 +187,11 @@ def check_gpus(workers: list[str], ids: dict[str, list[str]]) -> None:
 
 
 def free_port() -> tuple[str, int]:
-    """Run on rank 0's worker: its host and a free TCP port for the process-group rendezvous."""
-    host = get_worker().address.split("://")[-1].rsplit(":", 1)[0]
-    with socket.socket() as s:
+    """Run on rank 0's worker: its host and a free TCP port there for the process-group
+    rendezvous (rank 0 then serves it on that host only: :func:`gnnpipe.runtime.store.rendezvous`)."""
+    from gnnpipe.runtime.store import address_host
+
+    host = address_host(get_worker().address)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return host, s.getsockname()[1]

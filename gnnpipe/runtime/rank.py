@@ -19,6 +19,7 @@ from torch_geometric.data import Data
 from gnnpipe.engine.chunked import Techniques
 from gnnpipe.models import LayerStack
 from gnnpipe.runtime.comm import Comm
+from gnnpipe.runtime.store import bind_transport, rendezvous, worker_host
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class RankResult:
     comm: list[dict[str, Any]]
     state: dict[str, torch.Tensor]
     peak_rss: int = 0
+    worker: str = ""  # the worker address it ran on (filled in by the launcher)
 
 
 class EpochReporter:
@@ -155,6 +157,18 @@ def _rank_device(spec: JobSpec, local_rank: int) -> torch.device:
     return device
 
 
+def _join_group(spec: JobSpec, rank: int, init_method: str, device: torch.device) -> None:
+    """Join the process group with every socket on this worker's interface: the rendezvous
+    store (rank 0 serves it on its worker's address only) and gloo's or NCCL's transport."""
+    host = worker_host()
+    if host is not None:  # outside a Dask worker the backend picks its interface itself
+        bind_transport(spec.backend, host)
+    timeout = timedelta(seconds=spec.timeout)
+    store = rendezvous(init_method, rank, spec.world, timeout)
+    dist.init_process_group(spec.backend, store=store, rank=rank, world_size=spec.world,
+                            timeout=timeout, device_id=device if device.type == "cuda" else None)
+
+
 def run_rank(spec: JobSpec, rank: int, init_method: str, local_rank: int = 0) -> RankResult:
     """Entry point submitted to one Dask worker per rank."""
     module = importlib.import_module(f"gnnpipe.runtime.{spec.mode}")
@@ -163,9 +177,7 @@ def run_rank(spec: JobSpec, rank: int, init_method: str, local_rank: int = 0) ->
     torch.set_num_threads(spec.threads)
     _reset_peak_rss()
     device = _rank_device(spec, local_rank)
-    dist.init_process_group(spec.backend, init_method=init_method, rank=rank,
-                            world_size=spec.world, timeout=timedelta(seconds=spec.timeout),
-                            device_id=device if device.type == "cuda" else None)
+    _join_group(spec, rank, init_method, device)
     try:
         dist.barrier()
         stage, way = (0, rank) if spec.mode == "graph" else (rank % spec.stages, rank // spec.stages)

@@ -42,8 +42,8 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
         if len(workers) < spec.world:
             raise ValueError(f"cluster: the run needs {spec.world} workers (one per rank), the "
                              f"cluster has {len(workers)}")
-        ranks = workers[:spec.world]
-        check_workers(handle.client, ranks, handle.threads_per_worker)
+        check_workers(handle.client, workers, handle.threads_per_worker)  # ranks may go to any
+        ranks = workers[:spec.world]  # where they go on an idle cluster
         if spec.device == "cuda":
             check_gpus(ranks, handle.client.run(gpu_ids, workers=ranks))
     except BaseException:

@@ -1,0 +1,223 @@
+"""Parallel efficiency of every distributed mode against the one-process runs, side by side.
+
+GCN-32 and GCNII-32 (hidden 64) on a synthetic 50K-node graph (avg degree 10, 8 classes, 64
+features, homophily 0.8, seed 0), 8 chunks, ``eval_every`` past the last epoch (training only),
+for S = 2 and 4 ranks:
+
+- ``single`` at 1 torch thread and at S threads, ``local`` (S stages × 8 chunks) at 1 thread:
+  each in a fresh child process;
+- ``pipeline`` S × 1 thread, ``graph`` S × 1 and (S = 4) ``hybrid`` 2 ways × 2 stages: on one
+  4-worker ``gp.Cluster`` (gnnpipe's rank environment: no trim threshold, no profiler).
+
+Per run: the median epoch time of epochs 1.. (epoch 0 is warm-up), bytes per epoch measured and
+from ``gp.comm_volume``, peak RSS per rank, and from the measured timeline the ranks' compute /
+communication / waiting / idle shares. Parallel efficiency = ideal ÷ measured epoch with ideal =
+``local`` (measured in its child) ÷ R × (C' + S − 1) / C' (``graph``: ÷ R only, its one-process
+reference being ``single``). On this 2-core machine R = 4 ranks cannot beat 2 cores, so the
+table also gives the core-bound ideal (÷ min(R, cores)).
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/efficiency.py            # ~15 min, writes results/efficiency.*
+    .venv/bin/python benchmarks/efficiency.py --quick    # smoke test, writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+import pandas as pd
+import torch
+from _common import (add_output_args, environment, finish, output_dir, payload, run_child,
+                     serve_child, write_results)
+
+import gnnpipe as gp
+from gnnpipe.efficiency import CLASSES, Layout
+
+MODELS, HIDDEN, CHUNKS = ("gcn", "gcnii"), 64, 8
+MB = 2**20
+
+
+def graph(nodes: int) -> Any:
+    return gp.datasets.synthetic(num_nodes=nodes, avg_degree=10, num_classes=8, num_features=64,
+                                 homophily=0.8, seed=0)
+
+
+def build(name: str, data: Any, layers: int) -> Any:
+    torch.manual_seed(0)
+    return gp.models.build(name, data.num_features, 8, layers, HIDDEN)
+
+
+def kwargs_of(mode: str, ranks: int) -> dict[str, int]:
+    return {"single": {}, "local": {"stages": ranks, "chunks": CHUNKS},
+            "pipeline": {"stages": ranks, "chunks": CHUNKS}, "graph": {"parts": ranks},
+            "hybrid": {"ways": 2, "stages": 2, "chunks": CHUNKS}}[mode]
+
+
+def peak_rss() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM")) * 1024
+
+
+def reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def train(cfg: dict[str, Any], data: Any, **extra: Any) -> Any:
+    return gp.train(build(cfg["model"], data, cfg["layers"]), data, cfg["mode"],
+                    epochs=cfg["epochs"] + 1, eval_every=cfg["epochs"] + 10, progress=False,
+                    **kwargs_of(cfg["mode"], cfg["ranks"]), **extra)
+
+
+def summarize(run: Any, cfg: dict[str, Any], rss: dict[int, int]) -> dict[str, Any]:
+    timed = run.history.iloc[1:]
+    row = {**cfg, "epoch_times": timed["epoch_time"].tolist(),
+           "median_epoch_s": float(timed["epoch_time"].median()),
+           "measured_bytes": int(timed["comm_bytes"].median()),
+           "peak_rss_mb": {int(k): v / MB for k, v in rss.items()}}
+    if cfg["mode"] not in ("single", "local"):
+        per_epoch = run.efficiency().iloc[1:]
+        row["span_s"] = float(per_epoch["span"].median())
+        row["shares"] = {c: float(per_epoch[f"{c}_share"].median()) for c in CLASSES}
+        row["rank_shares"] = run.rank_shares().round(4).to_dict(orient="index")
+    return row
+
+
+def child(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``single`` / ``local`` in this fresh process at ``cfg['threads']`` torch threads."""
+    torch.set_num_threads(cfg["threads"])
+    data = graph(cfg["nodes"])
+    return summarize(train(cfg, data), cfg, {0: peak_rss()})
+
+
+def configs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    base = {"nodes": args.nodes, "layers": args.layers, "epochs": args.epochs}
+    rows = []
+    for model in MODELS:
+        rows.append({**base, "model": model, "mode": "single", "ranks": 1, "threads": 1})
+        for ranks in args.ranks:
+            rows.append({**base, "model": model, "mode": "single", "ranks": 1, "threads": ranks})
+            rows += [{**base, "model": model, "mode": m, "ranks": ranks, "threads": 1}
+                     for m in ("local", "pipeline", "graph")]
+            if ranks == 4:
+                rows.append({**base, "model": model, "mode": "hybrid", "ranks": 4, "threads": 1})
+    return rows
+
+
+def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
+    todo = configs(args)
+    results = []
+    for cfg in (c for c in todo if c["mode"] in ("single", "local")):
+        results.append(run_child(__file__, cfg))
+        log(results[-1])
+    data = graph(args.nodes)
+    with gp.Cluster(n_workers=max(args.ranks)) as cluster:
+        for cfg in (c for c in todo if c["mode"] not in ("single", "local")):
+            cluster.client.run(reset_peak)
+            run = train(cfg, data, cluster=cluster, timeout=600.0)
+            hwm = cluster.client.run(peak_rss)
+            ranks = cluster.workers()[:cfg["ranks"]]
+            results.append(summarize(run, cfg, {r: hwm[w] for r, w in enumerate(ranks)}))
+            results[-1]["predicted_bytes"] = gp.comm_volume(
+                build(cfg["model"], data, cfg["layers"]), data, cfg["mode"],
+                **kwargs_of(cfg["mode"], cfg["ranks"]))
+            log(results[-1])
+    return results
+
+
+def table(results: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per distributed run with its ratios and efficiencies."""
+    cores = os.cpu_count() or 1
+    by = {(r["model"], r["mode"], r["ranks"], r["threads"]): r["median_epoch_s"] for r in results}
+    rows = []
+    for r in (r for r in results if r["mode"] in ("pipeline", "graph", "hybrid")):
+        m, R = r["model"], r["ranks"]
+        single, local = by[(m, "single", 1, 1)], by[(m, "local", R, 1)]
+        layout = Layout.of({"mode": r["mode"], "stages": R if r["mode"] == "pipeline" else 2,
+                            "ways": 2 if r["mode"] == "hybrid" else 1, "parts": R,
+                            "chunks": CHUNKS})
+        reference = single if r["mode"] == "graph" else local
+        ideal = layout.ideal(reference)
+        core_ideal = ideal * R / min(R, cores)
+        rows.append({"model": m, "ranks": R, "mode": r["mode"], "epoch_s": r["median_epoch_s"],
+                     "x_single_1t": r["median_epoch_s"] / single,
+                     "x_single_Rt": r["median_epoch_s"] / by[(m, "single", 1, R)],
+                     "local_x_single": local / single, "ideal_s": ideal,
+                     "efficiency": ideal / r["median_epoch_s"],
+                     "core_bound_efficiency": core_ideal / r["median_epoch_s"],
+                     **{f"{c}_share": r["shares"][c] for c in CLASSES},
+                     "bytes": r["measured_bytes"], "predicted_bytes": r["predicted_bytes"],
+                     "peak_rss_mb": max(r["peak_rss_mb"].values())})
+    frame = pd.DataFrame(rows)
+    graph_s = frame[frame["mode"] == "graph"].set_index(["model", "ranks"])["epoch_s"]
+    frame["x_graph"] = [row.epoch_s / graph_s[(row.model, row.ranks)]
+                        for row in frame.itertuples()]
+    return frame
+
+
+def markdown(results: list[dict[str, Any]], frame: pd.DataFrame, env: dict[str, Any],
+             args: argparse.Namespace) -> str:
+    head = (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs; load "
+            f"{env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at end) · median "
+            f"of {args.epochs} epochs after 1 warm-up, training only · wall "
+            f"{env['wall_s'] / 60:.1f} min")
+    one = pd.DataFrame([{"model": r["model"], "mode": r["mode"], "ranks": r["ranks"],
+                         "threads": r["threads"], "epoch_s": r["median_epoch_s"],
+                         "peak_rss_mb": max(r["peak_rss_mb"].values())}
+                        for r in results if r["mode"] in ("single", "local")])
+    lines = [f"# Parallel efficiency ({args.nodes:,} nodes, {args.layers} layers, hidden {HIDDEN}, "
+             f"{CHUNKS} chunks)", "", head, "", "## One process", "",
+             one.to_markdown(index=False, floatfmt=".3f"), "", "## Distributed (1 thread per rank)",
+             "", frame.drop(columns=["local_x_single"]).to_markdown(index=False, floatfmt=".3f"),
+             "", NOTE, ""]
+    for row in frame.itertuples():
+        lines.append(f"- {row.model} {row.mode} × {row.ranks}: {row.x_single_1t:.2f}× single "
+                     f"(1 thread), efficiency {row.efficiency:.0%} (core-bound "
+                     f"{row.core_bound_efficiency:.0%}), {row.x_graph:.2f}× graph; bytes "
+                     f"{'==' if row.bytes == row.predicted_bytes else '!='} gp.comm_volume.")
+    return "\n".join(lines) + "\n"
+
+
+NOTE = ("`x_single_1t`: epoch ÷ single at 1 thread; `x_single_Rt`: ÷ single at R threads; "
+        "`efficiency` = ideal ÷ epoch with ideal = local (same S, 8 chunks, 1 thread) ÷ R × "
+        "(C'+S−1)/C' (graph: single ÷ R); `core_bound_efficiency` uses ÷ min(R, cores) instead "
+        "of ÷ R (4 ranks on 2 cores can at best run 2 at a time). Shares: the ranks' median "
+        "split of each epoch (gnnpipe.efficiency). Bytes: training bytes per epoch, measured "
+        "and predicted.")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=50_000)
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--epochs", type=int, default=4, help="timed epochs after 1 warm-up")
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    add_output_args(ap, child=True)
+    args = ap.parse_args()
+    if serve_child(args, child):
+        return
+    if args.quick:
+        args.nodes, args.layers, args.epochs = 2_000, 4, 2
+    start, env = time.perf_counter(), environment()
+
+    def log(r: dict[str, Any]) -> None:
+        print(f"{r['model']} {r['mode']} R={r['ranks']} threads={r['threads']}: "
+              f"{statistics.median(r['epoch_times']):.3f} s/epoch", flush=True)
+
+    results = measure(args, log)
+    frame = table(results)
+    finish(env, start)
+    print(frame.to_string(float_format=lambda v: f"{v:.3f}"))
+    out = output_dir(args)
+    if out is not None:
+        write_results(out, "efficiency", payload(env, frame, results, args),
+                      markdown(results, frame, env, args))
+
+
+if __name__ == "__main__":
+    main()

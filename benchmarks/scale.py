@@ -1,0 +1,198 @@
+"""Large graphs: single vs a 2-rank pipeline, epoch time and peak memory per rank, and a
+memory cap under which single training cannot run while the pipeline trains.
+
+GCNII-32, hidden 64, on synthetic planted-partition graphs (avg degree 10, 8 classes, 64
+features, homophily 0.8, seed 0), 8 chunks, one torch thread per process, training only.
+
+Part 1, at ``--nodes`` (default 1,000,000) and at ``--fit-nodes`` (default 200,000): ``single`` in
+a fresh child process vs ``pipeline`` (2 stages) on a 2-worker ``gp.Cluster``; median epoch time
+and peak RSS (``VmHWM``) of the child and of each rank. A size whose predicted peak (the measured
+``--fit-nodes`` peaks scaled by the node ratio) does not fit this machine's memory is not run;
+the record says how much it would need.
+
+Part 2, at ``--fit-nodes``: a 2-worker ``gp.Cluster`` whose workers each have ``memory_limit``
+(default: halfway between the pipeline's per-rank peak and single's peak of part 1). ``single``
+runs as a task on one capped worker (Dask's nanny terminates a worker at 95% of its limit), then
+``pipeline`` with ``recompute=True`` on both capped workers. Both outcomes are recorded.
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/scale.py               # ~15 min, writes results/scale.*
+    .venv/bin/python benchmarks/scale.py --quick       # smoke test, writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import dask
+import psutil
+import torch
+from _common import (add_output_args, environment, finish, output_dir, run_child, serve_child,
+                     write_results)
+
+import gnnpipe as gp
+
+LAYERS, HIDDEN, CHUNKS, GB = 32, 64, 8, 2**30
+
+
+def graph(nodes: int) -> Any:
+    return gp.datasets.synthetic(num_nodes=nodes, avg_degree=10, num_classes=8, num_features=64,
+                                 homophily=0.8, seed=0)
+
+
+def model(layers: int) -> Any:
+    torch.manual_seed(0)
+    return gp.models.gcnii(64, hidden=HIDDEN, out_dim=8, layers=layers, alpha=0.1, theta=0.5,
+                           dropout=0.6)
+
+
+def peak_rss() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM")) * 1024
+
+
+def train_single(nodes: int, layers: int, epochs: int) -> dict[str, Any]:
+    """``single`` in this process (a child, or a task on a capped Dask worker)."""
+    torch.set_num_threads(1)
+    run = gp.train(model(layers), graph(nodes), "single", epochs=epochs + 1,
+                   eval_every=epochs + 10, progress=False)
+    return {"epoch_s": statistics.median(run.history["epoch_time"][1:]), "peak": peak_rss()}
+
+
+def child(cfg: dict[str, Any]) -> dict[str, Any]:
+    return train_single(cfg["nodes"], cfg["layers"], cfg["epochs"])
+
+
+def train_pipeline(cluster: Any, nodes: int, layers: int, epochs: int,
+                   recompute: bool = False) -> dict[str, Any]:
+    run = gp.train(model(layers), graph(nodes), "pipeline", stages=2, chunks=CHUNKS,
+                   epochs=epochs + 1, eval_every=epochs + 10, cluster=cluster, progress=False,
+                   recompute=recompute, timeout=1800.0)
+    return {"epoch_s": statistics.median(run.history["epoch_time"][1:]),
+            "peak_per_rank": [run.peak_rss[r] for r in sorted(run.peak_rss)],
+            "efficiency": float(run.summary()["parallel_efficiency"].iloc[0])}
+
+
+def compare(nodes: int, args: argparse.Namespace, log: Any) -> dict[str, Any]:
+    """Part 1 at one size."""
+    single = run_child(__file__, {"nodes": nodes, "layers": args.layers, "epochs": args.epochs})
+    log(f"{nodes:,} nodes single: {single}")
+    with gp.Cluster(n_workers=2) as cluster:
+        pipe = train_pipeline(cluster, nodes, args.layers, args.epochs)
+    log(f"{nodes:,} nodes pipeline: {pipe}")
+    return {"nodes": nodes, "single": single, "pipeline": pipe,
+            "time_ratio": pipe["epoch_s"] / single["epoch_s"],
+            "memory_ratio": max(pipe["peak_per_rank"]) / single["peak"]}
+
+
+def capped(nodes: int, limit: int, args: argparse.Namespace, log: Any) -> dict[str, Any]:
+    """Part 2: single on one capped worker, then the pipeline with recompute on two."""
+    outcome: dict[str, Any] = {"nodes": nodes, "memory_limit": limit}
+    # no retries on another worker, no pausing at 80% (a paused worker runs no task): the
+    # nanny's terminate threshold (95% of the limit) is the cap
+    settings = {"distributed.scheduler.allowed-failures": 0,
+                "distributed.worker.memory.pause": False}
+    with dask.config.set(settings), gp.Cluster(n_workers=2, memory_limit=limit) as cluster:
+        worker = cluster.workers()[0]
+        future = cluster.client.submit(train_single, nodes, args.layers, args.epochs,
+                                       workers=[worker], allow_other_workers=False, pure=False)
+        try:
+            outcome["single"] = {"trained": True, **future.result(timeout=3600)}
+        except Exception as err:  # noqa: BLE001 - the outcome is the record
+            outcome["single"] = {"trained": False, "error": f"{type(err).__name__}: {err}"[:300]}
+        log(f"capped single: {outcome['single']}")
+        try:
+            outcome["pipeline"] = {"trained": True, **train_pipeline(
+                cluster, nodes, args.layers, args.epochs, recompute=True)}
+        except Exception as err:  # noqa: BLE001
+            outcome["pipeline"] = {"trained": False, "error": f"{type(err).__name__}: {err}"[:300]}
+        log(f"capped pipeline (recompute): {outcome['pipeline']}")
+    return outcome
+
+
+def predicted_need(small: dict[str, Any], nodes: int) -> dict[str, float]:
+    """Peak bytes at ``nodes`` from the measured ones at ``small['nodes']`` (linear in n)."""
+    scale = nodes / small["nodes"]
+    return {"single": small["single"]["peak"] * scale,
+            "pipeline_total": sum(small["pipeline"]["peak_per_rank"]) * scale}
+
+
+def markdown(record: dict[str, Any], env: dict[str, Any]) -> str:
+    lines = [f"# Scale: GCNII-{record['layers']} hidden {HIDDEN}, single vs 2-rank pipeline", "",
+             f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs, "
+             f"{env['memory_gb']:.0f} GB) · 1 torch thread per process · median of "
+             f"{record['epochs']} epochs after 1 warm-up · wall {env['wall_s'] / 60:.1f} min", "",
+             "| nodes | single s/epoch | pipeline s/epoch | pipeline ÷ single | single peak GB "
+             "| pipeline peak GB per rank | peak per rank ÷ single | efficiency |",
+             "|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for row in record["compare"]:
+        s, p = row["single"], row["pipeline"]
+        lines.append(f"| {row['nodes']:,} | {s['epoch_s']:.2f} | {p['epoch_s']:.2f} | "
+                     f"{row['time_ratio']:.2f} | {s['peak'] / GB:.2f} | "
+                     f"{', '.join(f'{b / GB:.2f}' for b in p['peak_per_rank'])} | "
+                     f"{row['memory_ratio']:.2f} | {p['efficiency']:.0%} |")
+    for row in record["not_run"]:
+        lines.append(f"| {row['nodes']:,} | not run | not run | – | needs ~"
+                     f"{row['need']['single'] / GB:.0f} | needs ~"
+                     f"{row['need']['pipeline_total'] / GB:.0f} for both ranks | – | – |")
+    cap = record["capped"]
+    lines += ["", f"## Memory cap: {cap['memory_limit'] / GB:.2f} GB per Dask worker, "
+              f"{cap['nodes']:,} nodes", ""]
+    for mode, label in (("single", "single"), ("pipeline", "pipeline, recompute=True")):
+        o = cap[mode]
+        text = (f"trained, {o['epoch_s']:.2f} s/epoch" if o["trained"] else
+                f"did not train: {o['error']}")
+        lines.append(f"- {label}: {text}")
+    for row in record["not_run"]:
+        lines += ["", f"{row['nodes']:,} nodes were not run here: {row['reason']}"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--fit-nodes", type=int, default=200_000)
+    ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--epochs", type=int, default=2, help="timed epochs after 1 warm-up")
+    ap.add_argument("--memory-limit", type=float, default=None, help="GB per capped worker")
+    add_output_args(ap, child=True)
+    args = ap.parse_args()
+    if serve_child(args, child):
+        return
+    if args.quick:
+        args.nodes, args.fit_nodes, args.layers, args.epochs = 20_000, 5_000, 4, 1
+    start, env = time.perf_counter(), environment()
+    env["memory_gb"] = psutil.virtual_memory().total / GB
+
+    def log(text: str) -> None:
+        print(text, flush=True)
+
+    small = compare(args.fit_nodes, args, log)
+    record: dict[str, Any] = {"layers": args.layers, "epochs": args.epochs, "compare": [small],
+                              "not_run": []}
+    need = predicted_need(small, args.nodes)
+    available = psutil.virtual_memory().available
+    if max(need.values()) < 0.85 * available:
+        record["compare"].append(compare(args.nodes, args, log))
+    else:
+        record["not_run"].append({"nodes": args.nodes, "need": need, "reason": (
+            f"scaled from {args.fit_nodes:,} nodes, single would peak at ~"
+            f"{need['single'] / GB:.0f} GB and the two pipeline ranks at ~"
+            f"{need['pipeline_total'] / GB:.0f} GB together, against "
+            f"{available / GB:.0f} GB available on this machine")})
+        log(record["not_run"][-1]["reason"])
+    limit = (int(args.memory_limit * GB) if args.memory_limit else
+             int((max(small["pipeline"]["peak_per_rank"]) + small["single"]["peak"]) / 2))
+    record["capped"] = capped(args.fit_nodes, limit, args, log)
+    finish(env, start)
+    out = output_dir(args)
+    if out is not None:
+        write_results(out, "scale", {"environment": env, **record}, markdown(record, env))
+
+
+if __name__ == "__main__":
+    main()
