@@ -271,11 +271,13 @@ def _plan(args: argparse.Namespace) -> int:
     import gnnpipe as gp
     from gnnpipe.engine.local import stage_ranges
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)
     data = load_data(args.dataset)
     model = _build_model(args, data)
-    plan = gp.plan(model, data, workers=args.workers, memory_limit=args.memory_limit,
-                   bandwidth=args.bandwidth, seed=args.seed, repeats=args.repeats)
+    with gp.Cluster(n_workers=args.workers, threads_per_worker=args.threads) as cluster:
+        plan = gp.plan(model, data, workers=args.workers, memory_limit=args.memory_limit,
+                       bandwidth=args.bandwidth, seed=args.seed, repeats=args.repeats,
+                       cluster=cluster)
     made_for = {flag: getattr(args, flag) for flag in ("dataset", "model", "layers", "hidden")}
     plan = dataclasses.replace(plan, made_for=made_for)
     print(plan)
@@ -339,7 +341,7 @@ def _add_plan(sub: Any) -> None:
     plan.add_argument("--repeats", type=positive_int, default=3,
                       help="profiled epochs at each of two chunk counts (medians)")
     plan.add_argument("--threads", type=positive_int, default=1,
-                      help="torch threads while profiling")
+                      help="torch threads of each profiling worker (gnnpipe train's ranks use 1)")
     plan.add_argument("--seed", type=nonneg_int, default=0, help="seeds weights and chunks")
     plan.add_argument("--out", default=None,
                       help="write the plan as JSON here, for 'gnnpipe train --plan' "

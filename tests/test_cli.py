@@ -112,7 +112,7 @@ def test_every_option_states_its_default():
 
 @pytest.fixture(scope="module")
 def plan_file(tmp_path_factory):
-    """A plan for TINY made by ``gnnpipe plan --out`` (profiled in this process)."""
+    """A plan for TINY made by ``gnnpipe plan --out`` (profiled on 2 local workers)."""
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     assert main(["plan", *TINY, "--workers", "2", "--repeats", "1", "--out", str(path)]) == 0
     return path
@@ -168,6 +168,7 @@ BAD = [
 @pytest.mark.parametrize("argv, message", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_a_bad_command_line_is_one_line_and_exit_2(argv, message, request, tmp_path, capsys,
                                                    monkeypatch):
+    plan = request.getfixturevalue("plan_file") if "{plan}" in argv else None  # profiles
     started = []
 
     def tripwire(self, *args, **kwargs):
@@ -178,7 +179,6 @@ def test_a_bad_command_line_is_one_line_and_exit_2(argv, message, request, tmp_p
     monkeypatch.setattr(distributed.LocalCluster, "__init__", tripwire)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "file").write_text("not a plan, not a folder")
-    plan = request.getfixturevalue("plan_file") if "{plan}" in argv else None
     capsys.readouterr()  # what making the plan printed
     argv = [a.format(file=tmp_path / "file", plan=plan) for a in argv]
     assert main([*argv, "--out", str(tmp_path / "runs")] if argv[0] == "train" and

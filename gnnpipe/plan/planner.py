@@ -227,11 +227,14 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
             :data:`DEFAULT_BANDWIDTH`.
         chunks: a chunk count or counts to consider; default :func:`chunk_candidates`.
         profile: reuse a :func:`profile_model` result.
-        cluster: profile on this cluster's first ``workers`` workers, all at once, each the
-            blocks of one stage of the uniform split (a ``gp.Cluster``, ``distributed.Client``
-            or scheduler address): the ops then pay for the workers sharing memory bandwidth
-            and caches, as the stages will; the slices' profiles are joined. Default: the whole
-            model in this process.
+        cluster: profile on this cluster's workers (a ``gp.Cluster``, ``distributed.Client``
+            or scheduler address), ``workers`` of them at once, each the blocks of one stage of
+            the uniform split: the ops then pay for the workers sharing memory bandwidth and
+            caches, in the workers' environment and threads, as the stages will; the slices'
+            profiles are joined. Default (None): the same on a local cluster of ``workers``
+            workers started for the profile as ``gp.train`` starts its own (one torch thread
+            per rank, gnnpipe's worker environment), closed afterwards. To profile in this
+            process instead, pass ``profile=gp.plan.profile_model(model, data)``.
         latency: seconds per message besides its bytes.
         seed: seeds the sample chunking.
         repeats: profiled epochs at each of the profiler's two chunk counts (medians are used).
@@ -254,11 +257,9 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
     if profile is not None and not isinstance(profile, Profile):
         raise TypeError(f"profile: expected a Profile from gp.plan.profile_model, "
                         f"got {type(profile).__name__}")
-    if profile is None and cluster is not None:
+    if profile is None:  # on the ranks' workers, or on ones started like gp.train starts them
         profile = profile_on_workers(cluster, workers, model, data, 4 * workers,
                                      repeats=repeats, seed=seed)
-    elif profile is None:
-        profile = profile_model(model, data, 4 * workers, repeats=repeats, seed=seed)
     elif len(profile.blocks) != len(model) or profile.num_nodes != n:
         raise ValueError("profile: it was measured for another model or graph")
     memory = [b.memory(n) for b in profile.blocks]
