@@ -1,4 +1,5 @@
-"""Pipeline schedules as plain data: GNNPipe's chunked fill-drain, GPipe and 1F1B."""
+"""Pipeline schedules as plain data: GNNPipe's chunked fill-drain, GPipe, 1F1B, interleaved
+1F1B (virtual stages) and the zero-bubble ZB-H1 (backward split into input and weight gradient)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import pandas as pd
 #: Key that names an op inside a schedule: ``(kind, stage, chunk, way)``.
 OpKey = tuple[str, int, int, int]
 
-#: Op kinds a schedule may hold (``idle`` is a Timeline-only kind).
-OP_KINDS: tuple[str, ...] = ("forward", "backward", "send", "recv", "allreduce", "step")
+#: Op kinds a schedule may hold (``idle`` is a Timeline-only kind). In zero-bubble schedules
+#: ``backward`` computes only the input gradient and ``weight`` the weight gradient.
+OP_KINDS: tuple[str, ...] = ("forward", "backward", "weight", "send", "recv", "allreduce", "step")
 
 #: One-letter labels used by the step × rank grid.
 LABELS: dict[str, str] = {
-    "forward": "F", "backward": "B", "send": "s", "recv": "r", "allreduce": "A", "step": "S",
+    "forward": "F", "backward": "B", "weight": "W", "send": "s", "recv": "r", "allreduce": "A",
+    "step": "S",
 }
 
 
@@ -64,7 +67,10 @@ class Schedule:
 
     ``str(schedule)`` is a step × rank grid computed by simulating the schedule with
     every op costing one step: each row shows what every rank runs at that step
-    (``F3`` forward of chunk 3, ``B3`` its backward, ``S`` optimizer step, ``.`` idle).
+    (``F3`` forward of chunk 3, ``B3`` its backward, ``W3`` its weight gradient, ``S``
+    optimizer step, ``.`` idle). With more stages than ranks (virtual stages), a letter tells
+    which of its stages a rank runs: stage ``r + j·ranks`` of rank ``r`` is letter ``j``
+    (``F3a``, ``F3b``, ...).
     """
 
     name: str
@@ -134,10 +140,16 @@ class Schedule:
         df = simulate(self, 1.0).df
         steps = round(df["end"].max()) if len(df) else 0
         cells = [["."] * self.num_ranks for _ in range(steps)]
-        labels = [op.label for op in self.ops()]
+        labels = [self.label(op) for op in self.ops()]
         for label, rank, start in zip(labels, df["rank"], df["start"]):
             cells[round(start)][int(rank)] = label
         return cells
+
+    def label(self, op: Op) -> str:
+        """``op.label``, plus the rank's virtual-stage letter when stages outnumber ranks."""
+        if self.num_stages <= self.num_ranks or op.chunk < 0:
+            return op.label
+        return op.label + "abcdefghijklmnopqrstuvwxyz"[op.stage // self.num_ranks]
 
     def __str__(self) -> str:
         cells = self.grid()
@@ -169,6 +181,11 @@ def backward_op(stage: int, chunk: int, num_stages: int) -> Op:
     if stage == num_stages - 1:
         return Op("backward", stage, chunk, deps=(("forward", stage, chunk, 0),))
     return Op("backward", stage, chunk, deps=(("backward", stage + 1, chunk, 0),))
+
+
+def _weight_op(stage: int, chunk: int) -> Op:
+    """Weight gradient of ``chunk`` at ``stage`` (split backward); it needs that backward."""
+    return Op("weight", stage, chunk, deps=(("backward", stage, chunk, 0),))
 
 
 def _check_step(step: object) -> None:
@@ -257,3 +274,98 @@ def one_f_one_b(stages: int, microbatches: int, *, step: bool = False) -> Schedu
             ops.append(Op("step", s, -1))
         ranks.append(tuple(ops))
     return Schedule("1f1b", stages, microbatches, tuple(ranks))
+
+
+def interleaved_1f1b(stages: int, microbatches: int, virtual: int = 2, *,
+                     step: bool = False) -> Schedule:
+    """Megatron-LM's interleaved 1F1B: each of the ``S`` ranks holds ``v`` model chunks, so the
+    model is cut into ``S·v`` (virtual) stages and stage ``k`` sits on rank ``k mod S``.
+
+    Micro-batches go through in groups of ``S``: a rank's ``k``-th forward is micro-batch
+    ``(k // (S·v))·S + k mod S`` on its model chunk ``(k mod S·v) // S``; backwards run the same
+    order with the model chunks reversed. Rank ``r`` warms up with ``2(S−1−r) + (v−1)·S``
+    forwards (all of them when that reaches ``M·v``), then alternates one forward and one
+    backward, then drains. With each virtual-stage op costing ``1/v`` of a full stage's, the
+    bubble is ``(S−1)/(v·M + S−1)``: ``v`` times smaller than 1F1B's, for ``v`` times the
+    point-to-point messages.
+
+    Args:
+        stages: Number of ranks ``S`` (physical pipeline stages).
+        microbatches: Number of micro-batches ``M``, a multiple of ``S``.
+        virtual: Model chunks per rank ``v``; ``1`` gives 1F1B's op order.
+        step: Append one optimizer ``step`` op to each rank.
+
+    Raises:
+        ValueError: If an argument is not a positive int, or ``microbatches`` is not a
+            multiple of ``stages``.
+    """
+    ranks_, micro = _check_positive("stages", stages), _check_positive("microbatches", microbatches)
+    v = _check_positive("virtual", virtual)
+    _check_step(step)
+    if micro % ranks_:
+        raise ValueError(f"microbatches must be a multiple of stages ({ranks_}), got {micro}")
+    total, group = micro * v, ranks_ * v
+
+    def which(k: int, forward: bool) -> tuple[int, int]:
+        """(virtual stage index on the rank, micro-batch) of the rank's ``k``-th op."""
+        j = (k % group) // ranks_
+        return (j if forward else v - 1 - j), (k // group) * ranks_ + k % ranks_
+
+    ranks = []
+    for r in range(ranks_):
+        warmup = total if micro == ranks_ else min(2 * (ranks_ - 1 - r) + (v - 1) * ranks_, total)
+        order = [(True, k) for k in range(warmup)]
+        for i in range(total - warmup):
+            order += [(True, warmup + i), (False, i)]
+        order += [(False, i) for i in range(total - warmup, total)]
+        ops = []
+        for forward, k in order:
+            j, m = which(k, forward)
+            stage = j * ranks_ + r
+            ops.append(forward_op(stage, m) if forward else backward_op(stage, m, group))
+        if step:
+            ops.append(Op("step", r, -1))
+        ranks.append(tuple(ops))
+    return Schedule("interleaved", group, micro, tuple(ranks))
+
+
+def zb_h1(stages: int, microbatches: int, *, step: bool = False) -> Schedule:
+    """ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): 1F1B with each backward split
+    into ``backward`` (the input gradient, on the critical path) and ``weight`` (the weight
+    gradient, which nothing downstream waits for).
+
+    Rank ``s`` keeps 1F1B's ``min(S−s, M)`` warm-up forwards and its forward/backward order, and
+    runs the weight gradient of chunk ``c`` right after the backward of chunk ``c + s``: the last
+    stages put off the most ``weight`` ops, and the ``s + 1`` left after rank ``s``'s last
+    backward fill the drain. Every rank keeps at most ``S`` chunks' activations (1F1B's peak,
+    counted from a forward to its ``weight``). For ``M ≥ S`` and ``T_W ≤ T_B`` each rank idles
+    ``(S−1)(T_F + T_B − T_W)`` (the paper's ZB-H1 bubble; with its ``T_F = T_B = T_W`` a third of
+    1F1B's ``(S−1)(T_F + T_B + T_W)``), so the bubble is
+    ``(S−1)(T_F+T_B−T_W) / (M(T_F+T_B+T_W) + (S−1)(T_F+T_B−T_W))``.
+
+    Args:
+        stages: Number of pipeline stages (= ranks), ``S``.
+        microbatches: Number of micro-batches, ``M``.
+        step: Append one optimizer ``step`` op to each rank.
+
+    Raises:
+        ValueError: If ``stages`` or ``microbatches`` is not a positive int.
+    """
+    stages = _check_positive("stages", stages)
+    microbatches = _check_positive("microbatches", microbatches)
+    _check_step(step)
+    ranks = []
+    for s in range(stages):
+        warmup = min(stages - s, microbatches)
+        ops = [forward_op(s, c) for c in range(warmup)]
+        for c in range(microbatches):
+            ops.append(backward_op(s, c, stages))
+            if c >= s:
+                ops.append(_weight_op(s, c - s))
+            if warmup + c < microbatches:
+                ops.append(forward_op(s, warmup + c))
+        ops += [_weight_op(s, c) for c in range(max(microbatches - s, 0), microbatches)]
+        if step:
+            ops.append(Op("step", s, -1))
+        ranks.append(tuple(ops))
+    return Schedule("zb-h1", stages, microbatches, tuple(ranks))

@@ -191,3 +191,78 @@ def test_deadlock_cross_rank_cycle() -> None:
 def test_empty_schedule_gives_empty_timeline() -> None:
     tl = simulate(Schedule("empty", 1, 1, ((),)), 1.0)
     assert len(tl) == 0 and tl.makespan() == 0.0
+
+
+def _exact_bubble(tl: Timeline) -> Fraction:
+    """Idle share of an integer-timed timeline, as an exact fraction."""
+    span, ranks = int(tl.makespan()), tl.num_ranks
+    return Fraction(span * ranks - int(tl.busy_time().sum()), span * ranks)
+
+
+@pytest.mark.parametrize("stages, virtual, chunks", [
+    (1, 2, 3), (2, 2, 2), (2, 2, 4), (2, 3, 6), (3, 2, 6), (4, 2, 4), (4, 2, 8), (4, 3, 12),
+    (4, 4, 16), (5, 2, 10),
+])
+def test_interleaved_bubble_matches_formula(stages: int, virtual: int, chunks: int) -> None:
+    # Equal costs with virtual stages: a full stage's forward (and backward) costs v units, so
+    # each virtual-stage op costs 1 = 1/v of it; unit costs keep the fraction exact.
+    sched = schedule.interleaved_1f1b(stages, chunks, virtual)
+    tl = simulate(sched, 1.0)
+    assert _exact_bubble(tl) == Fraction(stages - 1, virtual * chunks + stages - 1)
+    # Per full stage op f = b = v: makespan 2 (v·C + S − 1) units; 1F1B's is 2 v (C + S − 1).
+    assert tl.makespan() == 2 * (virtual * chunks + stages - 1)
+    one = simulate(schedule.one_f_one_b(stages, chunks), float(virtual))
+    assert tl.makespan() <= one.makespan()
+    # Backward twice forward (each 1/v of the stage's): still (S-1)/(v·C+S-1).
+    fb = simulate(sched, {"forward": 1 / virtual, "backward": 2 / virtual})
+    assert fb.bubble_fraction() == pytest.approx((stages - 1) / (virtual * chunks + stages - 1),
+                                                 abs=1e-12)
+
+
+@pytest.mark.parametrize("stages, chunks", [(2, 2), (2, 5), (3, 3), (3, 8), (4, 4), (4, 9), (5, 12)])
+@pytest.mark.parametrize("f, b, w", [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1)])
+def test_zb_h1_bubble_matches_paper(stages: int, chunks: int, f: int, b: int, w: int) -> None:
+    # Qi et al. 2023: ZB-H1 idles (S-1)(T_F + T_B - T_W) per rank (their figure: T_F = T_B = T_W;
+    # it holds while T_W <= T_B), for M >= S and no transfer delay.
+    tl = simulate(schedule.zb_h1(stages, chunks), {"forward": f, "backward": b, "weight": w})
+    idle = (stages - 1) * (f + b - w)
+    assert tl.makespan() == chunks * (f + b + w) + idle
+    assert _exact_bubble(tl) == Fraction(idle, chunks * (f + b + w) + idle)
+    # A third of 1F1B's bubble with equal costs (1F1B's backward = B + W).
+    if f == b == w:
+        fb = simulate(schedule.one_f_one_b(stages, chunks), {"forward": f, "backward": b + w})
+        assert fb.makespan() - 3 * chunks * f == 3 * idle
+
+
+def test_zb_h1_keeps_1f1b_memory() -> None:
+    zb = simulate(schedule.zb_h1(4, 12), 1.0).peak_inflight()
+    fb = simulate(schedule.one_f_one_b(4, 12), FB).peak_inflight()
+    # A chunk is held until its weight op: at most S per rank, 1F1B's peak (rank 0's).
+    assert zb.max() == fb.max() == 4
+    assert zb.tolist() == [4, 4, 4, 4]
+
+
+def test_inflight_at() -> None:
+    tl = simulate(schedule.gnnpipe(2, 3), 1.0)
+    # rank 0: F0-F2 end at 1, 2, 3; B2, B1, B0 end at 6, 7, 8.
+    assert tl.inflight_at(0.5).tolist() == [0, 0]
+    assert tl.inflight_at(2.0).tolist() == [2, 1]
+    assert tl.inflight_at(3.5).tolist() == [3, 2]
+    assert tl.inflight_at(7.0).tolist() == [1, 0]
+    assert tl.inflight_at(100).tolist() == [0, 0]
+    assert tl.inflight_at(3.5).name == "inflight"
+    zb = simulate(schedule.zb_h1(2, 2), 1.0)
+    # zb-h1 2x2, rank 1: F0 1-2, B0 2-3, F1 3-4, B1 4-5, W0 5-6, W1 6-7: a chunk is held
+    # until its weight op ends.
+    assert zb.inflight_at(4.0).tolist() == [2, 2]
+    assert zb.inflight_at(5.5).tolist()[1] == 2
+    assert zb.inflight_at(6.0).tolist()[1] == 1
+    assert zb.inflight_at(zb.makespan()).tolist() == [0, 0]
+
+
+def test_weight_costs_and_busy_kind() -> None:
+    tl = simulate(schedule.zb_h1(2, 3), {"forward": 1.0, "backward": 1.0, "weight": 0.5})
+    assert set(tl.df["kind"]) == {"forward", "backward", "weight"}
+    assert tl.busy_time().tolist() == [7.5, 7.5]
+    with pytest.raises(ValueError, match="'weight'"):
+        simulate(schedule.zb_h1(2, 3), FB)

@@ -1,94 +1,218 @@
-"""Schedule explorer: pick a pipeline schedule and op costs, watch the simulated timeline."""
+"""Schedule explorer: two pipeline schedules side by side, their simulated timelines, bubbles
+beside the textbook formulas, and a step player showing what every rank runs and holds."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import holoviews as hv
+import pandas as pd
 import panel as pn
 import param
 
 from dashboard.views.timeline import timeline_plot
-from gnnpipe import schedule as schedules
 from gnnpipe.events import Timeline
 from gnnpipe.schedule import Schedule
-from gnnpipe.simulate import simulate
+from gnnpipe.whatif import SCHEDULES, OpCosts, bubble_formula, build, costs_from, predict
 
-#: Schedule builders by the names :attr:`ScheduleExplorer.schedule` accepts.
-BUILDERS = {
-    "gnnpipe": schedules.gnnpipe,
-    "gpipe": schedules.gpipe,
-    "1f1b": schedules.one_f_one_b,
-}
-_INPUTS = ["schedule", "stages", "chunks", "forward", "backward", "comm"]
+#: Schedule names the explorer offers (:data:`gnnpipe.whatif.SCHEDULES`).
+BUILDERS = SCHEDULES
+_INPUTS = ["schedule", "other", "stages", "chunks", "virtual", "forward", "backward", "comm"]
+_SIDES = ("schedule", "other")
 
 
-def bubble_formula(stages: int, chunks: int) -> float:
-    """Idle fraction ``(S − 1) / (C + S − 1)`` of a fill-drain pipeline with equal op costs."""
-    return (stages - 1) / (chunks + stages - 1)
+def _side(which: str) -> str:
+    if which not in _SIDES:
+        raise ValueError(f"which: expected one of {_SIDES}, got {which!r}")
+    return which
 
 
 class ScheduleExplorer(param.Parameterized):
-    """A teaching tool: simulate a pipeline schedule and show its timeline and bubble.
+    """A teaching tool: simulate two pipeline schedules and compare timelines and bubbles.
 
-    Every widget move re-simulates (``gp.simulate``) and redraws; the summary compares the
-    simulated bubble with the equal-cost formula ``(S − 1) / (C + S − 1)``.
+    Op costs are per full stage: with ``v`` virtual stages (interleaved 1F1B) each op costs
+    ``1/v`` of them, and ZB-H1 splits ``backward`` into input and weight halves. ``step`` is the
+    player's position: an index into the instants where some op starts or ends.
     """
 
     schedule = param.ObjectSelector(
         default="gnnpipe", objects=list(BUILDERS),
-        doc="Schedule family: GNNPipe's chunked fill-drain, GPipe, or 1F1B (PipeDream-flush).")
-    stages = param.Integer(
-        default=4, bounds=(1, 16), doc="Pipeline stages S (one rank each).")
-    chunks = param.Integer(
-        default=8, bounds=(1, 64), doc="Chunks (micro-batches) per epoch C.")
+        doc="Schedule on the left: GNNPipe's chunked fill-drain, GPipe, 1F1B (PipeDream-flush), "
+            "interleaved 1F1B (Megatron-LM) or ZB-H1 (zero bubble).")
+    other = param.ObjectSelector(
+        default="1f1b", objects=list(BUILDERS), doc="Schedule drawn on the right, for comparison.")
+    stages = param.Integer(default=4, bounds=(1, 16), doc="Pipeline stages S (one rank each).")
+    chunks = param.Integer(default=8, bounds=(1, 64), doc="Chunks (micro-batches) per epoch C.")
+    virtual = param.Integer(
+        default=2, bounds=(1, 8), doc="Model chunks per rank v (interleaved 1F1B only).")
     forward = param.Number(
         default=1.0, bounds=(0.0, None), softbounds=(0.0, 5.0), step=0.1,
-        doc="Seconds of one forward op (one chunk at one stage).")
+        doc="Seconds of one forward op (one chunk at one full stage).")
     backward = param.Number(
         default=2.0, bounds=(0.0, None), softbounds=(0.0, 5.0), step=0.1,
-        doc="Seconds of one backward op (one chunk at one stage).")
+        doc="Seconds of one backward op (one chunk at one full stage; ZB-H1 splits it in half).")
     comm = param.Number(
         default=0.0, bounds=(0.0, None), softbounds=(0.0, 2.0), step=0.05,
         doc="Seconds of transfer on every cross-stage dependency (activation or gradient).")
+    step = param.Integer(default=0, bounds=(0, None), doc="Player position (an op boundary).")
 
-    def build(self) -> Schedule:
-        """The schedule the parameters describe."""
-        return BUILDERS[self.schedule](self.stages, self.chunks)
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self._cache: dict[tuple, Timeline | ValueError] = {}
 
-    @param.depends(*_INPUTS)
-    def timeline(self) -> Timeline:
+    @classmethod
+    def for_run(cls, run: Any, **params: Any) -> ScheduleExplorer:
+        """Open on a run's own stages and chunks and, for a pipeline run with a timeline, its
+        measured median forward/backward seconds and transfer delay."""
+        config = getattr(run, "config", {}) or {}
+        values: dict[str, Any] = {}
+        if config.get("mode") in ("pipeline", "hybrid", "local"):
+            values["stages"] = min(max(int(config.get("stages", 1)), 1), 16)
+            values["chunks"] = min(max(int(config.get("chunks", 1)), 1), 64)
+        timeline = getattr(run, "timeline", None)
+        try:
+            costs = costs_from(timeline) if timeline is not None else None
+        except ValueError:  # a graph-parallel or one-process run: no per-chunk ops
+            costs = None
+        if costs is not None:
+            values["forward"] = _mean(costs, "forward")
+            values["backward"] = _mean(costs, "backward")
+            values["comm"] = costs.comm
+        return cls(**{**values, **params})
+
+    def build(self, which: str = "schedule") -> Schedule:
+        """The schedule the parameters describe (``which``: ``"schedule"`` or ``"other"``)."""
+        return build(getattr(self, _side(which)), self.stages, self.chunks, self.virtual)
+
+    def _simulated(self, which: str) -> Timeline | ValueError:
+        name = getattr(self, _side(which))
+        key = (name, self.stages, self.chunks, self.virtual, self.forward, self.backward, self.comm)
+        if key not in self._cache:
+            try:
+                costs = OpCosts.uniform(self.stages, self.chunks, self.forward, self.backward,
+                                        comm=self.comm)
+                self._cache[key] = predict(costs, self.build(which))
+            except ValueError as error:  # e.g. interleaved with C not a multiple of S
+                self._cache[key] = ValueError(f"{name}: {error}")
+        return self._cache[key]
+
+    def timeline(self, which: str = "schedule") -> Timeline:
         """The predicted timeline of :meth:`build` with the forward/backward/comm costs."""
-        costs = {"forward": self.forward, "backward": self.backward}
-        return simulate(self.build(), costs, comm=self.comm)
+        result = self._simulated(which)
+        if isinstance(result, ValueError):
+            raise result
+        return result
 
-    def bubble(self) -> float:
+    def bubble(self, which: str = "schedule") -> float:
         """Simulated idle fraction of rank time (``Timeline.bubble_fraction``)."""
-        return self.timeline().bubble_fraction()
+        return self.timeline(which).bubble_fraction()
 
-    def formula(self) -> float:
-        """The equal-cost fill-drain bubble ``(S − 1) / (C + S − 1)``."""
-        return bubble_formula(self.stages, self.chunks)
+    def formula(self, which: str = "schedule") -> float:
+        """The schedule's equal-cost textbook bubble (:func:`gnnpipe.whatif.bubble_formula`)."""
+        return self._formula(which)[1]
+
+    def _formula(self, which: str) -> tuple[str, float]:
+        return bubble_formula(getattr(self, _side(which)), self.stages, self.chunks,
+                              self.virtual, self.forward, self.backward)
+
+    def times(self) -> list[float]:
+        """The instants the player steps through: every op start and end of both schedules."""
+        found = {0.0}
+        for which in _SIDES:
+            result = self._simulated(which)
+            if isinstance(result, Timeline):
+                found |= set(result.df["start"]) | set(result.df["end"])
+        return sorted(found)
+
+    def now(self) -> float:
+        """The time of the player's position :attr:`step`."""
+        times = self.times()
+        return times[min(self.step, len(times) - 1)]
+
+    def state(self, which: str = "schedule", time: float | None = None) -> pd.DataFrame:
+        """Per rank at ``time`` (default :meth:`now`): the op it runs (grid label, ``.`` idle),
+        that op's chunk (-1 idle) and how many chunks' activations it holds."""
+        time = self.now() if time is None else time
+        tl, sched = self.timeline(which), self.build(which)
+        df = tl.df
+        labels = pd.Series([sched.label(op) for op in sched.ops()], index=df.index)
+        running = (df["start"] <= time) & (time < df["end"])
+        rows = []
+        for rank in range(sched.num_ranks):
+            now = df[running & (df["rank"] == rank)]
+            rows.append({"rank": rank, "op": labels[now.index[0]] if len(now) else ".",
+                         "chunk": int(now["chunk"].iloc[0]) if len(now) else -1})
+        frame = pd.DataFrame(rows)
+        frame["held"] = tl.inflight_at(time).reindex(frame["rank"], fill_value=0).to_numpy()
+        return frame
+
+    @param.depends(*_INPUTS, "step")
+    def plot(self, which: str = "schedule") -> hv.Element:
+        """The simulated timeline, one lane per rank, with the player's time as a line."""
+        result = self._simulated(which)
+        title = f"{getattr(self, _side(which))}, S={self.stages}, C={self.chunks}"
+        if isinstance(result, ValueError):
+            return hv.Text(0, 0, str(result)).opts(title=title, xaxis=None, yaxis=None)
+        cursor = hv.VLine(self.now()).opts(color="black", line_dash="dashed", line_width=1)
+        return timeline_plot(result, title=title) * cursor
 
     @param.depends(*_INPUTS)
-    def plot(self) -> hv.Rectangles:
-        """The simulated timeline, one lane per rank (:func:`timeline_plot`)."""
-        title = f"{self.schedule}, S={self.stages}, C={self.chunks}"
-        return timeline_plot(self.timeline(), title=title)
+    def summary(self, which: str = "schedule") -> str:
+        """Markdown: the simulated bubble beside the schedule's formula, makespan and memory."""
+        result = self._simulated(which)
+        if isinstance(result, ValueError):
+            return f"**{result}**"
+        text, value = self._formula(which)
+        return (f"**bubble {result.bubble_fraction():.1%}** (simulated) · formula {text} = "
+                f"**{value:.1%}** · makespan {result.makespan():.4g} s · "
+                f"peak chunks in flight {int(result.peak_inflight().max())}")
 
-    @param.depends(*_INPUTS)
-    def summary(self) -> str:
-        """Markdown comparing the simulated bubble with the formula."""
-        tl = self.timeline()
-        return (
-            f"**bubble {tl.bubble_fraction():.1%}** (simulated) · "
-            f"formula (S−1)/(C+S−1) = ({self.stages}−1)/({self.chunks}+{self.stages}−1) = "
-            f"**{self.formula():.1%}** · makespan {tl.makespan():.4g} s · "
-            f"peak chunks in flight {int(tl.peak_inflight().max())}"
-        )
+    @param.depends(*_INPUTS, "step")
+    def state_text(self, which: str = "schedule") -> str:
+        """Markdown table of :meth:`state` at the player's time."""
+        if isinstance(self._simulated(which), ValueError):
+            return ""
+        st = self.state(which)
+        head = "| rank | runs | chunk | activations held |\n|---|---|---|---|\n"
+        body = "\n".join(f"| {r.rank} | {r.op} | {r.chunk if r.chunk >= 0 else '–'} | {r.held} |"
+                         for r in st.itertuples())
+        return f"t = {self.now():.4g} s\n\n{head}{body}"
+
+    def _player(self) -> pn.widgets.Player:
+        player = pn.widgets.Player(label="time step", start=0, end=max(len(self.times()) - 1, 1),
+                                   value=min(self.step, len(self.times()) - 1), interval=400,
+                                   loop_policy="once", width=420)
+
+        def to_self(event: Any) -> None:
+            self.step = int(event.new)
+
+        def to_player(*_: Any) -> None:
+            player.end = max(len(self.times()) - 1, 1)
+            player.value = min(self.step, player.end)
+
+        player.param.watch(to_self, "value")
+        self.param.watch(to_player, _INPUTS)
+        return player
+
+    def _bound(self, method: Any, which: str, names: list[str]) -> Any:
+        """``method(which)``, re-run by Panel whenever one of the ``names`` parameters moves."""
+        return pn.bind(lambda *_: method(which), *(self.param[n] for n in names))
+
+    def _column(self, which: str) -> pn.Column:
+        moving = [*_INPUTS, "step"]
+        plot = pn.pane.HoloViews(self._bound(self.plot, which, moving),
+                                 sizing_mode="stretch_width", backend="bokeh")
+        text = pn.pane.Markdown(self._bound(self.summary, which, _INPUTS),
+                                sizing_mode="stretch_width")
+        table = pn.pane.Markdown(self._bound(self.state_text, which, moving))
+        return pn.Column(plot, text, table, sizing_mode="stretch_width")
 
     def panel(self) -> pn.Row:
-        """Widgets on the left; the live timeline and the bubble summary on the right."""
-        widgets = pn.Param(self, parameters=_INPUTS, name="Schedule", width=260)
-        plot = pn.pane.HoloViews(self.plot, sizing_mode="stretch_width", backend="bokeh")
-        text = pn.pane.Markdown(self.summary, sizing_mode="stretch_width")
-        return pn.Row(widgets, pn.Column(plot, text, sizing_mode="stretch_width"),
-                      sizing_mode="stretch_width")
+        """Widgets and the player on the left; the two schedules side by side on the right."""
+        widgets = pn.Param(self, parameters=_INPUTS, name="Schedules", width=260)
+        sides = pn.Row(*(self._column(w) for w in _SIDES), sizing_mode="stretch_width")
+        return pn.Row(pn.Column(widgets, self._player()), sides, sizing_mode="stretch_width")
+
+
+def _mean(costs: OpCosts, kind: str) -> float:
+    return sum(costs.stage_mean(kind, s) for s in range(costs.stages)) / costs.stages
