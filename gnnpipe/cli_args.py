@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 MODES = ("single", "local", "pipeline", "graph", "hybrid")
 DISTRIBUTED = ("pipeline", "graph", "hybrid")
 MODELS = ("gcn", "gcnii", "resgcn_plus", "sage")
-DATASETS = ("citeseer", "cora", "pubmed")
+DATASETS = ("citeseer", "cora", "facebook", "pubmed")
 
 
 class CliError(Exception):

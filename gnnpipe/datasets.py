@@ -1,11 +1,14 @@
-"""Graph datasets: Planetoid graphs from a local root, planted-partition synthetic graphs, validation."""
+"""Graph datasets: Planetoid graphs and Facebook from a local root, planted-partition synthetic
+graphs, a user's own graph made ready to train (:func:`prepare_data`), validation."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,15 +21,20 @@ from gnnpipe.safe_pickle import load_planetoid_pickle
 logger = logging.getLogger(__name__)
 
 PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
-_SHARED_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "planetoid"
+NAMES = (*PLANETOID, "facebook")
+_SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+_SHARED_ROOT = _SHARED_DATA / "planetoid"
 
 
-def default_root() -> Path:
-    """Where Planetoid graphs are looked for: ``$GNNPIPE_DATA``, then ``../shared/data/planetoid``,
-    then a user cache folder (PyG downloads there)."""
+def default_root(name: str = "cora") -> Path:
+    """Where ``load(name)`` looks: ``$GNNPIPE_DATA``, then ``../shared/data/planetoid`` for
+    Planetoid graphs (``../shared/data`` for ``facebook``), then, for Planetoid, a user cache
+    folder (PyG downloads there)."""
     env = os.environ.get("GNNPIPE_DATA")
     if env:
         return Path(env).expanduser()
+    if str(name).lower() == "facebook":
+        return _SHARED_DATA
     if _SHARED_ROOT.is_dir():
         return _SHARED_ROOT
     return _cache_dir()
@@ -109,16 +117,27 @@ def _writable(path: Path) -> bool:
     return os.access(path, os.W_OK) and bool(path.stat().st_mode & stat.S_IWUSR)
 
 
-def load(name: str, root: str | os.PathLike | None = None, normalize_features: bool = True) -> Data:
-    """Load a Planetoid graph (``cora``, ``citeseer``, ``pubmed``) with its public split.
+def load(name: str, root: str | os.PathLike | None = None, normalize_features: bool = True,
+         seed: int = 0) -> Data:
+    """Load a Planetoid graph (``cora``, ``citeseer``, ``pubmed``) with its public split, or the
+    Facebook Page-Page graph (``facebook``) with a seeded split.
+
+    ``facebook`` (MUSAE): 22,470 pages, 170,823 undirected mutual-like edges (the release's
+    171,002 less its 179 self-loops), 4,714 binary features (row-normalised like Cora's), 4
+    classes ``y`` in the order of :data:`gnnpipe.graphs.facebook.CLASSES` (company, government,
+    politician, tvshow). It has no official split: as Planetoid's, 20 training nodes per class
+    (80), then 500 validation and 1,000 test nodes, drawn from one permutation seeded by ``seed``.
 
     Args:
         name: dataset name, case-insensitive.
-        root: folder holding ``<Name>/raw/``; defaults to :func:`default_root`. The raw files are
-            read with a restricted unpickler (a file naming any other global is refused, none of
+        root: Planetoid: folder holding ``<Name>/raw/``; ``facebook``: folder holding
+            ``musae-facebook/``; defaults to :func:`default_root`. Planetoid's raw files are read
+            with a restricted unpickler (a file naming any other global is refused, none of
             it run) and nothing is cached: PyG's ``processed/`` is neither read nor written.
+            Facebook's are plain csv and json.
         normalize_features: row-normalise the bag-of-words features to sum to one, as the GCN
             and GCNII papers (and PyG's examples) do.
+        seed: seeds Facebook's split; Planetoid graphs have a fixed public split (seed 0 only).
 
     Returns:
         A validated PyG ``Data`` with ``x``, ``y``, ``edge_index`` and the three masks.
@@ -126,10 +145,18 @@ def load(name: str, root: str | os.PathLike | None = None, normalize_features: b
     from torch_geometric.transforms import NormalizeFeatures
 
     key = str(name).lower()
-    if key not in PLANETOID:
-        raise ValueError(f"name: unknown dataset {name!r}; expected one of {sorted(PLANETOID)}")
-    base = Path(root).expanduser() if root is not None else default_root()
-    data = _read_planetoid(_raw_dir(base, PLANETOID[key], key), key)
+    if key not in NAMES:
+        raise ValueError(f"name: unknown dataset {name!r}; expected one of {sorted(NAMES)}")
+    check.integer("seed", seed, 0)
+    base = Path(root).expanduser() if root is not None else default_root(key)
+    if key == "facebook":
+        from gnnpipe.graphs.facebook import read_facebook
+
+        data = read_facebook(base, seed)
+    elif seed:
+        raise ValueError(f"seed: {key} has a fixed public split, so seed must be 0, got {seed}")
+    else:
+        data = _read_planetoid(_raw_dir(base, PLANETOID[key], key), key)
     if normalize_features:
         data = NormalizeFeatures()(data)
     data.name = key
@@ -214,6 +241,62 @@ def _check_synthetic(num_nodes: object, avg_degree: object, num_classes: object,
     if int(train * n) < 1 or int(val * n) < 1 or n - int(train * n) - int(val * n) < 1:
         raise ValueError(f"num_nodes: {n} nodes leave a split empty at train_frac={train_frac}, "
                          f"val_frac={val_frac}; use more nodes or larger shares")
+
+
+_NO_SPLIT = (
+    "data: the graph has no {missing}; pass split= to gp.train (or gp.datasets.prepare_data): "
+    "{{'train': ids, 'valid': ids, 'test': ids}} (node ids, as OGB's split_idx), 'random' (a "
+    "seeded 60/20/20 split) or shares such as {{'train': 0.6, 'val': 0.2, 'test': 0.2}}")
+
+
+def single_graph(data: Any) -> Data:
+    """``data``, or the one graph of a PyG ``Dataset`` (whole-graph training takes one graph)."""
+    from torch_geometric.data import Dataset
+
+    if isinstance(data, Dataset):
+        if len(data) != 1:
+            raise ValueError(f"data: expected a Dataset of one graph (whole-graph training takes "
+                             f"one), got {len(data)} graphs; pass dataset[i]")
+        data = data[0]
+    if not isinstance(data, Data):
+        raise TypeError(f"data: expected a torch_geometric.data.Data or a Dataset of one graph, "
+                        f"got {type(data).__name__}")
+    return data
+
+
+def prepare_data(data: Any, split: Any = None, seed: int = 0) -> Data:
+    """Your own graph, ready to train: what ``gp.train`` and ``gp.plan`` do to ``data`` first.
+
+    A PyG ``Dataset`` gives its one graph (an OGB dataset's ``get_idx_split()`` is its split
+    when ``split`` is not given and the graph has no masks). OGB-style ``[n, 1]`` labels are
+    flattened. ``split`` (see :func:`gnnpipe.graphs.splits.masks_from_split`: node ids,
+    ``"random"`` or shares, seeded by ``seed``) replaces the graph's masks; without it, the
+    graph's masks are kept, else a ``split_idx`` dict stored on it is used, else a ValueError
+    says what to pass. The result may share tensors with ``data``, which is never modified;
+    check it with :func:`validate`.
+    """
+    from gnnpipe.graphs.splits import MASKS, masks_from_split
+
+    graph = single_graph(data)
+    missing = [m for m in MASKS if getattr(graph, m, None) is None]
+    if split is None and missing:
+        split = getattr(graph, "split_idx", None)
+        if split is None and hasattr(data, "get_idx_split"):
+            split = data.get_idx_split()
+        if split is None:
+            raise ValueError(_NO_SPLIT.format(missing="/".join(missing)))
+    flat = isinstance(graph.y, torch.Tensor) and graph.y.dim() == 2 and graph.y.size(1) == 1
+    if split is None and not flat:
+        return graph
+    out = copy.copy(graph)  # a shallow copy: new attributes do not reach the caller's graph
+    if flat:
+        out.y = graph.y.view(-1)
+    if split is not None:
+        for name, mask in masks_from_split(split, out.num_nodes, seed).items():
+            out[name] = mask
+        if "split_idx" in out:
+            del out.split_idx
+    return out
 
 
 def validate(data: Data) -> Data:

@@ -94,7 +94,7 @@ def test_the_cli_names_are_the_librarys():
     assert cli_args.MODES == MODES
     assert cli_args.DISTRIBUTED == DISTRIBUTED
     assert cli_args.MODELS == tuple(sorted(models.MODELS))
-    assert cli_args.DATASETS == tuple(sorted(datasets.PLANETOID))
+    assert cli_args.DATASETS == tuple(sorted(datasets.NAMES))
 
 
 def test_every_option_states_its_default():
