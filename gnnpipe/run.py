@@ -15,6 +15,42 @@ from gnnpipe.events import Timeline
 
 HISTORY_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "val_loss",
                    "epoch_time", "comm_bytes")
+#: ``run.events``: a resume from a checkpoint folder or a restart after a failure, from ``epoch``
+#: (the first epoch it ran again); ``attempt`` counts restarts, ``rank`` and ``cause`` name the
+#: failure that caused a restart.
+EVENT_COLUMNS = ("epoch", "event", "attempt", "rank", "cause")
+
+
+def events_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+
+
+def history_from(records: list[dict[str, Any]], restarts: bool = False) -> pd.DataFrame:
+    """Merge per-rank epoch records: metrics from the rank that has them, the slowest rank's
+    epoch time, the bytes of all ranks and, with ``restarts``, the attempt (restarts before it)
+    that ran the epoch as a ``restarts`` column."""
+    columns = list(HISTORY_COLUMNS) + (["restarts"] if restarts else [])
+    if not records:
+        return pd.DataFrame(columns=columns)
+    frame = pd.DataFrame(records)
+    if "attempt" not in frame:
+        frame["attempt"] = 0
+    per_epoch = frame.groupby("epoch").agg(epoch_time=("epoch_time", "max"),
+                                           comm_bytes=("comm_bytes", "sum"),
+                                           restarts=("attempt", "max"))
+    # an epoch is in once a loss-holding rank reported it; metrics only on evaluation epochs
+    losses = _lowest_rank(frame, "loss", ["loss"])
+    metrics = _lowest_rank(frame, "val_acc", ["train_acc", "val_acc", "test_acc", "val_loss"])
+    merged = per_epoch.join(losses, how="inner").join(metrics, how="left").reset_index()
+    return merged.reindex(columns=columns)
+
+
+def _lowest_rank(frame: pd.DataFrame, key: str, columns: list[str]) -> pd.DataFrame:
+    """Per epoch, ``columns`` of the lowest rank whose record has ``key``."""
+    if key not in frame:
+        return pd.DataFrame(columns=columns, index=pd.Index([], name="epoch"))
+    rows = frame.dropna(subset=[key]).sort_values("rank", kind="stable").drop_duplicates("epoch")
+    return rows.set_index("epoch").reindex(columns=columns)
 
 
 def best_epoch(history: pd.DataFrame) -> dict[str, float]:
@@ -40,6 +76,7 @@ class Run:
         comm: bytes sent per (src, dst, kind); empty for one-process modes.
         partitioning: the chunking (chunked modes) or METIS partitioning (graph) it used.
         data: the graph it trained on.
+        events: resumes and restarts (:data:`EVENT_COLUMNS`); empty for a run that had none.
     """
 
     config: dict[str, Any]
@@ -49,6 +86,7 @@ class Run:
         default_factory=lambda: pd.DataFrame(columns=["src", "dst", "kind", "bytes"]))
     partitioning: Any = None  # the chunking or partitioning the run used (for views)
     data: Any = None  # the graph, in the original node order
+    events: pd.DataFrame = field(default_factory=lambda: events_frame([]))
 
     @property
     def best(self) -> dict[str, float]:
@@ -79,13 +117,15 @@ class Run:
         return self.timeline.to_chrome_trace(path)
 
     def save(self, folder: str | Path) -> Path:
-        """Write ``history.csv``, ``trace.json``, ``timeline.json`` and ``config.json`` into ``folder``."""
+        """Write ``history.csv``, ``trace.json``, ``timeline.json``, ``comm.csv``, ``events.csv``
+        and ``config.json`` into ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.history.to_csv(folder / "history.csv", index=False)
         self.timeline.to_json(folder / "timeline.json")
         self.to_chrome_trace(folder / "trace.json")
         self.comm.to_csv(folder / "comm.csv", index=False)
+        self.events.to_csv(folder / "events.csv", index=False)
         (folder / "config.json").write_text(json.dumps(self.config, indent=2, default=str))
         return folder
 

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import copy
+import functools
 import logging
+import os
 import time
 from dataclasses import asdict
 from typing import Any
 
-import pandas as pd
 import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
+from gnnpipe import checkpoint as ckpt
 from gnnpipe import validate
 from gnnpipe.engine import single
 from gnnpipe.engine.chunked import Techniques
+from gnnpipe.engine.driver import drive
 from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.engine.local import LocalEngine, stage_ranges
-from gnnpipe.events import OpEvent, Timeline
+from gnnpipe.events import Timeline
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk as make_chunks
-from gnnpipe.run import HISTORY_COLUMNS, Run
+from gnnpipe.pyg import for_training
+from gnnpipe.run import Run, events_frame, history_from
 
 logger = logging.getLogger(__name__)
 
@@ -35,13 +39,19 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
           ways: int = 1, parts: int = 2, techniques: Techniques | dict | bool | None = None,
           recompute: bool = False, cluster: Any = None, workers: int | None = None,
           background: bool = False, timeout: float = 120.0, plan: Any = None,
-          eval_every: int = 1, device: str = "cpu", progress: bool = True) -> Run:
+          eval_every: int = 1, device: str = "cpu", progress: bool = True,
+          split: Any = None, checkpoint: str | os.PathLike | None = None,
+          checkpoint_every: int = 10, resume: str | os.PathLike | None = None,
+          restarts: int = 0) -> Run:
     """Train ``model`` in place on ``data`` and return a :class:`~gnnpipe.run.Run`.
 
     Args:
-        model: a :class:`~gnnpipe.models.LayerStack` (``gp.models.gcnii(...)`` and friends).
-        data: a PyG ``Data`` with features, labels and train/val/test masks; float64 or
-            float16 features are converted to float32 (a logged warning; ``data`` is not changed).
+        model: a :class:`~gnnpipe.models.LayerStack` (``gp.models.gcnii(...)`` and friends), or
+            a PyG BasicGNN (``GCN``, ``GraphSAGE``, ``GIN``, ``GAT``) or ``Sequential``, converted
+            by ``gp.models.from_pyg`` (its own parameters are trained).
+        data: a PyG ``Data`` with features, labels and train/val/test masks, or a PyG
+            ``Dataset`` of one graph; float64 or float16 features are converted to float32 (a
+            logged warning), ``[n, 1]`` labels flattened; ``data`` itself is not changed.
         mode: ``"single"`` (exact full graph) or ``"local"`` (GNNPipe's chunked epoch in one
             process); ``"pipeline"``, ``"graph"`` and ``"hybrid"`` run on Dask workers.
         epochs: optimizer steps (one per epoch in every mode).
@@ -70,14 +80,35 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
             model is moved there); distributed ranks each take a GPU of their worker and talk
             through NCCL instead of gloo.
         progress: show a tqdm bar.
+        split: train/val/test masks for a graph without them (or to replace them): OGB's
+            ``split_idx`` ``{"train": ids, "valid": ids, "test": ids}``, ``"random"`` (a 60/20/20
+            split seeded by ``seed``) or shares ``{"train": 0.6, "val": 0.2, "test": 0.2}``;
+            see :func:`gnnpipe.datasets.prepare_data`.
+        checkpoint: a folder to write checkpoints to (:mod:`gnnpipe.checkpoint`): every
+            ``checkpoint_every`` epochs and after the last one, each rank (or this process) writes
+            its shard (model slice, Adam state, historical buffers), then a manifest. Distributed
+            ranks write it themselves: give a folder every worker sees at that path.
+        checkpoint_every: epochs between checkpoints.
+        resume: a checkpoint folder: continue from its newest complete checkpoint (epochs run on
+            up to ``epochs``; the history starts with the checkpoint's). Any mode and stage split
+            may resume any checkpoint: model and Adam state are resharded by parameter name; the
+            historical buffers carry over where node order, chunking and stage layout allow
+            (``local`` <-> ``pipeline``, or the same layout) and otherwise start from zeros like
+            epoch 0 (a logged warning), so the run is then no longer identical to an
+            uninterrupted one.
+        restarts: distributed modes: when a worker dies or a rank raises, restart every rank
+            from the newest checkpoint (from epoch 0 if none is written yet) up to ``restarts``
+            times, then fail naming the rank and cause; needs ``checkpoint``. ``run.events`` and
+            the history's ``restarts`` column show each restart.
 
     Raises:
         ValueError, TypeError: naming the bad argument (:func:`gnnpipe.validate.check_train`),
             before the graph is chunked or any Dask cluster is contacted.
     """
+    model = for_training(model, mode)  # a PyG BasicGNN / Sequential -> LayerStack (shared weights)
     data = validate.check_train(
         model, data, mode, plan=plan, stages=stages, chunks=chunks, ways=ways, parts=parts,
-        workers=workers, cluster=cluster, techniques=techniques, epochs=epochs, lr=lr,
+        workers=workers, cluster=cluster, techniques=techniques, split=split, epochs=epochs, lr=lr,
         weight_decay=weight_decay, gnn_weight_decay=gnn_weight_decay, seed=seed,
         recompute=recompute, background=background, timeout=timeout, eval_every=eval_every,
         device=device, progress=progress)
@@ -90,54 +121,64 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
               "dataset": getattr(data, "name", None), "ways": ways, "parts": parts,
               "eval_every": eval_every, "device": device,
               "ranges": ranges or stage_ranges(len(model), stages)}
+    recovery = validate.check_recovery(
+        model, mode, epochs, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+        resume=resume, restarts=restarts)
+    config.update(recovery.config())
     if mode in DISTRIBUTED:
         from gnnpipe.runtime.start import start_distributed
 
-        run = start_distributed(model, data, config, tech, cluster, timeout)
+        run = start_distributed(model, data, config, tech, cluster, timeout, recovery)
         return run if background else _follow(run, epochs, progress)
-    model.to(device)
-    optimizer = torch.optim.Adam(model.param_groups(weight_decay, gnn_weight_decay), lr=lr)
-
-    events: list[OpEvent] = []
-    if mode == "single":
-        eval_data = copy.copy(data).to(device)  # a shallow copy: the caller's data stays put
-        adj = normalized_adjacency(eval_data.edge_index, data.num_nodes, model.norm)
-
-        def step(epoch: int) -> float:
-            return single.train_epoch(model, eval_data, adj, optimizer, seed, epoch)
-    else:
-        parts = make_chunks(data, chunks, seed=seed)
-        eval_data = parts.apply(data).to(device)
-        adj = normalized_adjacency(eval_data.edge_index, eval_data.num_nodes, model.norm)
-        engine = LocalEngine(model, eval_data, adj, parts.bounds.tolist(),
-                             config["ranges"], tech, seed, recompute)
-        events = engine.events
-
-        def step(epoch: int) -> float:
-            return engine.train_epoch(optimizer, epoch)
-
-    rows = []
-    origin = time.perf_counter()
-    bar = tqdm(range(epochs), desc=f"{model.name}-{model.num_layers} {mode}", disable=not progress,
-               leave=False)
-    for epoch in bar:
-        start = time.perf_counter()
-        loss = step(epoch)
-        elapsed = time.perf_counter() - start
-        rows.append({"epoch": epoch, "loss": loss, "epoch_time": elapsed, "comm_bytes": 0})
-        if single.evaluates(epoch, epochs, eval_every):
-            metrics = single.evaluate(model, eval_data, adj)
-            rows[-1].update(metrics)
-            bar.set_postfix(loss=f"{loss:.3f}", val=f"{metrics['val_acc']:.3f}",
-                            test=f"{metrics['test_acc']:.3f}")
-    history = pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
-    timeline = Timeline.from_events(events)
-    if len(timeline):
-        timeline.df[["start", "end"]] -= origin
-    run = Run(config=config, history=history, timeline=timeline, data=data,
-              partitioning=None if mode == "single" else parts)
+    run = _train_here(model, data, config, tech, recovery, progress)
     logger.info("%r", run)
     return run
+
+
+def _train_here(model: LayerStack, data: Data, config: dict[str, Any], tech: Techniques,
+                recovery: ckpt.Recovery, progress: bool) -> Run:
+    """``single`` and ``local``: the epoch driver in this process, resumed and checkpointed as
+    ``recovery`` says."""
+    mode, device, seed = config["mode"], config["device"], config["seed"]
+    model.to(device)
+    optimizer = torch.optim.Adam(model.param_groups(config["weight_decay"],
+                                                    config["gnn_weight_decay"]), lr=config["lr"])
+    parts = None if mode == "single" else make_chunks(data, config["chunks"], seed=seed)
+    layout = ckpt.layout(mode, config["ranges"], ckpt.node_order(parts))
+    if parts is None:
+        eval_data = copy.copy(data).to(device)  # a shallow copy: the caller's data stays put
+        adj = normalized_adjacency(eval_data.edge_index, data.num_nodes, model.norm)
+        program: Any = single.SingleProgram(model, eval_data, adj, optimizer, seed, layout)
+    else:
+        eval_data = parts.apply(data).to(device)
+        adj = normalized_adjacency(eval_data.edge_index, eval_data.num_nodes, model.norm)
+        program = LocalEngine(model, eval_data, adj, parts.bounds.tolist(), config["ranges"],
+                              tech, seed, config["recompute"], optimizer, layout)
+    start, inherited = recovery.start(program)
+    bar = tqdm(total=config["epochs"], initial=start, desc=f"{model.name}-{model.num_layers} {mode}",
+               disable=not progress, leave=False)
+    callbacks = [functools.partial(_one_process_record, bar)]
+    if recovery.root is not None:
+        callbacks.append(ckpt.Checkpointer(recovery.root, recovery.every, config["epochs"], program,
+                                           config, ckpt.param_shapes(model), inherited=inherited))
+    origin = time.perf_counter()
+    with bar:
+        records = drive(program, config["epochs"], config["eval_every"], start, callbacks)
+    timeline = Timeline.from_events(getattr(program, "events", []))
+    if len(timeline):
+        timeline.df[["start", "end"]] -= origin
+    return Run(config=config, history=history_from(inherited + records), timeline=timeline,
+               data=data, partitioning=parts, events=events_frame(recovery.events()))
+
+
+def _one_process_record(bar: Any, record: dict[str, Any]) -> bool:
+    """Complete a one-process epoch record (rank 0, no bytes) and advance the progress bar."""
+    record.update(rank=0, comm_bytes=0, attempt=0)
+    bar.update(1)
+    if "val_acc" in record:
+        bar.set_postfix(loss=f"{record['loss']:.3f}", val=f"{record['val_acc']:.3f}",
+                        test=f"{record['test_acc']:.3f}")
+    return False
 
 
 def _follow(run: Any, epochs: int, progress: bool) -> Run:

@@ -117,7 +117,8 @@ def check_model_data(model: Any, data: Any) -> None:
     from gnnpipe.models import LayerStack
 
     if not isinstance(model, LayerStack):
-        raise TypeError(f"model: expected a gnnpipe LayerStack (gp.models.gcnii(...) etc.), "
+        raise TypeError(f"model: expected a gnnpipe LayerStack (gp.models.gcnii(...) etc.) or "
+                        f"a PyG BasicGNN / Sequential, "
                         f"got {type(model).__name__}")
     datasets.validate(data)
     if data.x.size(1) != model.in_dim:
@@ -127,6 +128,18 @@ def check_model_data(model: Any, data: Any) -> None:
     if top >= out_dim:
         raise ValueError(f"data.y: labels go up to {top}, but the model's output width (out_dim) "
                          f"is {out_dim}; build the model with out_dim >= {top + 1}")
+
+
+def model_graph(model: Any, data: Any, split: Any = None, seed: Any = 0) -> Any:
+    """Where every graph enters (``gp.train``, ``gp.plan``): ``data`` made ready
+    (:func:`gnnpipe.datasets.prepare_data`: a Dataset's graph, flat labels, masks from
+    ``split``), checked against the model (:func:`check_model_data`), with float32 features
+    (:func:`float32_features`). The caller's ``data`` is never modified."""
+    from gnnpipe import datasets
+
+    data = datasets.prepare_data(data, split, seed)
+    check_model_data(model, data)
+    return float32_features(data)
 
 
 def block_structure(model: Any) -> tuple[tuple[str, bool, int], ...]:
@@ -170,17 +183,19 @@ def split(plan: Any, stages: Any, chunks: Any) -> tuple[list[tuple[int, int]] | 
 
 def check_train(model: Any, data: Any, mode: Any, *, plan: Any = None, stages: Any = 1,
                 chunks: Any = None, ways: Any = 1, parts: Any = 2, workers: Any = None,
-                cluster: Any = None, techniques: Any = None, **scalars: Any) -> Any:
+                cluster: Any = None, techniques: Any = None, split: Any = None,
+                **scalars: Any) -> Any:
     """Check every argument of ``gp.train`` (same names; ``scalars`` are the epochs, lr,
     weight_decay, gnn_weight_decay, seed, recompute, background, timeout, eval_every, device and
-    progress) and return ``data`` with float32 features (:func:`float32_features`). Arguments
+    progress) and return the graph to train on (:func:`model_graph`: ``data`` with masks from
+    ``split``, float32 features). Arguments
     that the mode does not use (``chunks`` in ``single``, ``parts`` outside ``graph``, the
     cluster outside distributed modes) are not checked against the graph."""
     from gnnpipe.engine.chunked import Techniques
 
     if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
-    check_model_data(model, data)
+    data = model_graph(model, data, split, scalars.get("seed", 0))
     _check_scalars(mode, **scalars)
     if plan is not None:
         check_plan(plan, model)
@@ -190,7 +205,7 @@ def check_train(model: Any, data: Any, mode: Any, *, plan: Any = None, stages: A
         from gnnpipe.runtime.cluster import check_cluster
 
         check_cluster(cluster)
-    return float32_features(data)
+    return data
 
 
 def _check_scalars(mode: str, *, epochs: Any, lr: Any, weight_decay: Any, gnn_weight_decay: Any,
@@ -254,3 +269,65 @@ def _too_many_chunks(chunks: int, n: int, planned: bool, given: bool) -> str:
         return f"chunks: {chunks} chunks exceed the graph's {n} nodes"
     return (f"chunks: the default 4 x stages = {chunks} chunks exceed the graph's {n} nodes; "
             f"pass chunks= (at most {n})")
+
+
+# --------------------------------------------------------------------------- checkpoints
+def folder(name: str, value: Any) -> str:
+    """A folder path (``str`` or ``os.PathLike``) that is not an existing file, made absolute."""
+    import os
+
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name}: expected a folder path (str or os.PathLike), got {value!r}")
+    path = os.fspath(value)
+    if not path:
+        raise ValueError(f"{name}: expected a folder path, got an empty string")
+    if os.path.isfile(path):
+        raise ValueError(f"{name}: expected a folder, but {path!r} is a file")
+    return os.path.abspath(path)  # ranks on workers with another working directory see it too
+
+
+def check_recovery(model: Any, mode: str, epochs: int, *, checkpoint: Any, checkpoint_every: Any,
+                   resume: Any, restarts: Any) -> Any:
+    """Check ``gp.train``'s ``checkpoint``, ``checkpoint_every``, ``resume`` and ``restarts``
+    (after :func:`check_train`) and return the :class:`~gnnpipe.checkpoint.Recovery`: the
+    resumed folder must hold a complete checkpoint of this model with epochs left to train, and
+    a checkpoint folder must not hold another run's checkpoints unless it is the one resumed."""
+    from gnnpipe import checkpoint as ckpt
+
+    root = None if checkpoint is None else folder("checkpoint", checkpoint)
+    every = positive_int("checkpoint_every", checkpoint_every)
+    restarts = integer("restarts", restarts, 0)
+    if restarts and mode not in DISTRIBUTED:
+        raise ValueError(f"restarts: only distributed modes restart ranks; mode={mode!r} runs in "
+                         "this process (resume= continues it after a failure)")
+    if restarts and root is None:
+        raise ValueError("restarts: a restart continues from the newest checkpoint; give "
+                         "checkpoint=FOLDER too")
+    manifest = None
+    if resume is not None:
+        resumed = folder("resume", resume)
+        manifest = ckpt.latest(resumed)
+        if manifest is None:
+            raise ValueError(f"resume: no complete checkpoint in {resumed!r} (expected "
+                             "epoch-*/manifest.json with every shard it lists)")
+        _same_model(model, manifest)
+        if manifest.epoch >= epochs:
+            raise ValueError(f"epochs: the checkpoint in {manifest.folder!r} has {manifest.epoch} "
+                             f"epochs done; epochs={epochs} leaves none to train")
+    if root is not None:
+        stale = ckpt.latest(root)
+        if stale is not None and (manifest is None or stale.folder != manifest.folder):
+            raise ValueError(f"checkpoint: {root!r} already holds checkpoints of another run "
+                             f"(newest: {stale.folder}); resume={root!r} continues it, or choose "
+                             "an empty folder")
+    return ckpt.Recovery(root, every, restarts, manifest)
+
+
+def _same_model(model: Any, manifest: Any) -> None:
+    from gnnpipe.checkpoint import param_shapes
+
+    mine, theirs = param_shapes(model), manifest.params
+    if mine != theirs:
+        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        raise ValueError(f"resume: the checkpoint in {manifest.folder!r} is of another model "
+                         f"(parameters differ: {differ[:5]})")

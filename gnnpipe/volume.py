@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from torch_geometric.data import Data
 
+from gnnpipe.datasets import single_graph
 from gnnpipe.engine.local import stage_ranges
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import Partitioning, chunk, partition
+from gnnpipe.pyg import as_stack
 
 BYTES_PER_VALUE = 4  # fp32
 
@@ -22,16 +24,16 @@ def pipeline_bytes(model: LayerStack, num_nodes: int, ranges: list[tuple[int, in
 
 def graph_bytes(model: LayerStack, halo_rows: int) -> int:
     """Halo rows at every aggregation, forward (rows) and backward (their gradients):
-    ``2 · L · d · M · 4`` for uniform width ``d``."""
-    widths = sum(b.out_dim for b in model.blocks if b.aggregates)
+    ``2 · L · d · M · 4`` for uniform width ``d``; a PyG layer exchanges its input width."""
+    widths = sum(sum(getattr(b, "halo_widths", [b.out_dim])) for b in model.blocks if b.aggregates)
     return 2 * halo_rows * widths * BYTES_PER_VALUE
 
 
 def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning, ways: int) -> int:
     """Boundary rows every chunk step sends to the other ``W − 1`` ways, forward (rows) and
     backward (their gradients), at every aggregation."""
+    from gnnpipe.engine.chunked import boundary_rows
     from gnnpipe.engine.graph import normalized_adjacency
-    from gnnpipe.runtime.hybrid import boundary_rows
 
     ordered = chunking.apply(data)
     adj = normalized_adjacency(ordered.edge_index, ordered.num_nodes, model.norm)
@@ -48,7 +50,8 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
 
     Args:
         model: the stack.
-        data: the graph (only its size and, for ``graph``/``hybrid``, its edges are used).
+        data: the graph, or a PyG ``Dataset`` of one (only its size and, for
+            ``graph``/``hybrid``, its edges are used).
         mode: one of :data:`MODES`; one-process modes send nothing.
         stages: pipeline stages (``pipeline``, ``hybrid``), split as the runtime splits them.
         parts: graph-parallel ranks (``graph``).
@@ -64,6 +67,8 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
     """
     if mode not in MODES:
         raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
+    model = as_stack(model)  # a PyG BasicGNN / Sequential
+    data = single_graph(data)
     if mode in ("single", "local"):
         return 0
     ranges = [tuple(r) for r in ranges] if ranges else stage_ranges(len(model), stages)

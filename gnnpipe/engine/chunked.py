@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from gnnpipe.engine.graph import Adjacency
+from gnnpipe.engine.message_passing import MessageGraphs, chunk_message_passing
 from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed
 from gnnpipe.models import LayerStack
 
@@ -86,6 +87,26 @@ class LayerBuffers:
     snap: Tensor | None
 
 
+def _rows_reaching_outside(part: Tensor, lo: int, hi: int) -> Tensor:
+    """Global ids of the rows of CSR ``part`` (rows ``lo:hi``) with a column outside ``lo:hi``."""
+    cols = part.col_indices()
+    row = torch.repeat_interleave(torch.arange(hi - lo), part.crow_indices().diff())
+    return torch.unique(row[(cols < lo) | (cols >= hi)]) + lo
+
+
+def boundary_rows(adj: Adjacency, bounds: list[int]) -> tuple[list[Tensor], list[Tensor]]:
+    """Per chunk, the rows other chunks read: forward ``Hbuf`` rows (``Â[r, i] != 0`` for some
+    ``r`` outside, i.e. ``Âᵀ`` rows reaching outside) and backward ``dZbuf`` rows (``Â`` rows).
+    The hybrid's ways exchange exactly these (and :mod:`gnnpipe.volume` counts them)."""
+    forward, backward = [], []
+    for c in range(len(bounds) - 1):
+        lo, hi = bounds[c], bounds[c + 1]
+        rows = adj.rows(lo, hi)
+        forward.append(_rows_reaching_outside(rows.AT, lo, hi))
+        backward.append(_rows_reaching_outside(rows.A, lo, hi))
+    return forward, backward
+
+
 class RowSync(Protocol):
     """Hook that shares freshly written buffer rows with other holders of the same stage (the
     hybrid mode's ways). Local and pipeline modes use none."""
@@ -146,6 +167,11 @@ class ChunkContext:
             self.cache[key] = z.detach()
         return z
 
+    def message_passing(self, module: torch.nn.Module, h: Tensor, key: int) -> Tensor:
+        """PyG ``module`` on the edges into this chunk, sources from ``Hbuf``; a pushing
+        backward (:mod:`gnnpipe.engine.message_passing`)."""
+        return chunk_message_passing(self, module, h, key)
+
     def dropout(self, h: Tensor, p: float, key: int) -> Tensor:
         if p == 0.0:
             return h
@@ -185,6 +211,8 @@ class StageExecutor:
         self.bounds = [int(b) for b in bounds]
         self.num_nodes, self.device = adj.num_nodes, adj.A.device
         self.rows = [adj.rows(self.bounds[c], self.bounds[c + 1]) for c in range(len(self.bounds) - 1)]
+        self.message_graphs = None if adj.edge_index is None else MessageGraphs(
+            adj.edge_index, self.num_nodes, self.bounds)  # built on a message_passing call
         self.techniques, self.seed, self.recompute = techniques, seed, recompute
         self.is_last = stop == len(model)
         # tensors handed to the next stage: h, plus h0 only while a later block still needs it

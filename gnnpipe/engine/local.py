@@ -5,12 +5,15 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch_geometric.data import Data
 
+from gnnpipe import checkpoint as ckpt
 from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
 from gnnpipe.engine.graph import Adjacency
+from gnnpipe.engine.single import evaluate
 from gnnpipe.events import OpEvent
 from gnnpipe.models import LayerStack
 
@@ -24,7 +27,8 @@ def stage_ranges(num_blocks: int, stages: int) -> list[tuple[int, int]]:
 
 
 class LocalEngine:
-    """Runs the chunked epoch over ``S`` stage executors in one process.
+    """Runs the chunked epoch over ``S`` stage executors in one process; an
+    :class:`~gnnpipe.engine.driver.EpochProgram`.
 
     Args:
         model: the stack to train (in place).
@@ -33,12 +37,16 @@ class LocalEngine:
         bounds: ``C + 1`` chunk offsets.
         ranges: the stages' block ranges.
         techniques, seed, recompute: see :class:`~gnnpipe.engine.chunked.StageExecutor`.
+        optimizer: Adam over all of ``model``.
+        layout: where its checkpoint shard comes from (:func:`gnnpipe.checkpoint.layout`).
     """
 
     def __init__(self, model: LayerStack, data: Data, adj: Adjacency, bounds: Sequence[int],
                  ranges: Sequence[tuple[int, int]], techniques: Techniques, seed: int,
-                 recompute: bool = False) -> None:
+                 recompute: bool, optimizer: torch.optim.Optimizer,
+                 layout: dict[str, Any] | None = None) -> None:
         self.data, self.bounds, self.seed, self.techniques = data, [int(b) for b in bounds], seed, techniques
+        self.model, self.adj, self.optimizer, self.layout = model, adj, optimizer, layout or {}
         self.stages = [StageExecutor(model, a, b, adj, bounds, techniques, seed, recompute)
                        for a, b in ranges]
         self.num_train = int(data.train_mask.sum())
@@ -61,11 +69,13 @@ class LocalEngine:
         self.events.append(OpEvent(stage, stage, 0, chunk, epoch, kind, start, time.perf_counter()))
         return out
 
-    def train_epoch(self, optimizer: torch.optim.Optimizer, epoch: int) -> float:
-        """Forward all chunks in the epoch's order, backward in reverse, one optimizer step."""
-        optimizer.zero_grad(set_to_none=True)
+    def begin_epoch(self, epoch: int) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
         for ex in self.stages:
             ex.begin_epoch(epoch)
+
+    def run_chunks(self, epoch: int) -> float:
+        """Forward all chunks in the epoch's order, backward in reverse; the summed loss."""
         order = chunk_order(self.num_chunks, self.seed, epoch, self.techniques.random_order)
         last = len(self.stages) - 1
         loss = 0.0
@@ -80,7 +90,25 @@ class LocalEngine:
             grads = None
             for s in range(last, -1, -1):
                 grads = self._timed(s, c, epoch, "backward", self.stages[s].backward, c, grads)
-        optimizer.step()
+        return loss
+
+    def step(self, epoch: int) -> None:
+        self.optimizer.step()
         for ex in self.stages:
             ex.end_epoch()
-        return loss
+
+    def evaluate(self) -> dict[str, float]:
+        return evaluate(self.model, self.data, self.adj)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        buffers = {k: v for ex in self.stages for k, v in ckpt.buffer_shard(ex).items()}
+        return ckpt.shard(self.layout, ckpt.model_shard(self.model, 0, len(self.model)),
+                          ckpt.optimizer_shard(self.optimizer, self.model), buffers)
+
+    def restore(self, shards: list[dict[str, Any]]) -> None:
+        """Continue from a checkpoint: model and Adam state from any layout, the historical
+        buffers where they carry over (:func:`gnnpipe.checkpoint.restore_buffers`)."""
+        ckpt.restore_model(self.model, shards)
+        ckpt.restore_optimizer(self.optimizer, self.model, shards)
+        for ex in self.stages:
+            ckpt.restore_buffers(ex, shards, self.layout)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -9,6 +11,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe.engine.graph import Adjacency, SpMM
+from gnnpipe.engine.message_passing import full_message_passing
 from gnnpipe.models import LayerStack
 
 
@@ -35,6 +38,10 @@ class FullGraphContext:
     def aggregate(self, h: Tensor, key: int) -> Tensor:
         return SpMM.apply(h, self.adj)
 
+    def message_passing(self, module: torch.nn.Module, h: Tensor, key: int) -> Tensor:
+        """PyG ``module(h, edge_index)`` on the whole graph."""
+        return full_message_passing(module, h, self.adj.edge_index)
+
     def dropout(self, h: Tensor, p: float, key: int) -> Tensor:
         if not self.training or p == 0.0:
             return h
@@ -47,16 +54,61 @@ def chunk_loss(logits: Tensor, y: Tensor, train_mask: Tensor, num_train: int) ->
     return F.cross_entropy(logits[train_mask], y[train_mask], reduction="sum") / num_train
 
 
+class SingleProgram:
+    """Exact full-graph training as an :class:`~gnnpipe.engine.driver.EpochProgram`.
+
+    Args:
+        model, data, adj: the stack (trained in place), the graph and its normalised adjacency.
+        optimizer: Adam over all of ``model``.
+        seed: keys dropout masks.
+        layout: where its checkpoint shard comes from (:func:`gnnpipe.checkpoint.layout`).
+    """
+
+    def __init__(self, model: LayerStack, data: Data, adj: Adjacency,
+                 optimizer: torch.optim.Optimizer, seed: int,
+                 layout: dict[str, Any] | None = None) -> None:
+        self.model, self.data, self.adj, self.optimizer, self.seed = model, data, adj, optimizer, seed
+        self.layout = layout or {}
+        self.num_train = int(data.train_mask.sum())
+
+    def begin_epoch(self, epoch: int) -> None:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def run_chunks(self, epoch: int) -> float:
+        logits = self.model(self.data.x, FullGraphContext(self.adj, self.seed, epoch, training=True))
+        loss = chunk_loss(logits, self.data.y, self.data.train_mask, self.num_train)
+        loss.backward()
+        return float(loss.detach())
+
+    def step(self, epoch: int) -> None:
+        self.optimizer.step()
+
+    def evaluate(self) -> dict[str, float]:
+        return evaluate(self.model, self.data, self.adj)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        from gnnpipe import checkpoint as ckpt
+
+        return ckpt.shard(self.layout, ckpt.model_shard(self.model, 0, len(self.model)),
+                          ckpt.optimizer_shard(self.optimizer, self.model))
+
+    def restore(self, shards: list[dict[str, Any]]) -> None:
+        """Continue from a checkpoint's model and Adam state (of any mode's layout)."""
+        from gnnpipe import checkpoint as ckpt
+
+        ckpt.restore_model(self.model, shards)
+        ckpt.restore_optimizer(self.optimizer, self.model, shards)
+
+
 def train_epoch(model: LayerStack, data: Data, adj: Adjacency, optimizer: torch.optim.Optimizer,
                 seed: int, epoch: int) -> float:
     """One exact full-graph epoch; returns the training loss."""
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    logits = model(data.x, FullGraphContext(adj, seed, epoch, training=True))
-    loss = chunk_loss(logits, data.y, data.train_mask, int(data.train_mask.sum()))
-    loss.backward()
-    optimizer.step()
-    return float(loss.detach())
+    program = SingleProgram(model, data, adj, optimizer, seed)
+    program.begin_epoch(epoch)
+    loss = program.run_chunks(epoch)
+    program.step(epoch)
+    return loss
 
 
 def evaluates(epoch: int, epochs: int, every: int) -> bool:

@@ -27,10 +27,11 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
+from gnnpipe.engine.driver import drive
 from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk as make_chunks
-from gnnpipe.validate import check_model_data, float32_features
+from gnnpipe.validate import model_graph
 
 BYTES_PER_VALUE = 4  # fp32
 
@@ -132,6 +133,7 @@ class _SliceBench:
                           [[torch.ones(hi - lo, w) for w in work.boundary_widths(stop)]
                            for lo, hi in spans])
         self.num_train = max(int(ordered.train_mask.sum()), 1)
+        self.took: dict[str, list[float]] = {}  # the last epoch's seconds (begin_epoch resets)
 
     def target(self, c: int, k: int) -> tuple[Tensor, Tensor, int] | None:
         if self.out_grads is not None or k < len(self.executors) - 1:
@@ -139,14 +141,18 @@ class _SliceBench:
         lo, hi = self.bounds[c], self.bounds[c + 1]
         return self.data.y[lo:hi], self.data.train_mask[lo:hi], self.num_train
 
-    def epoch(self, epoch: int) -> dict[str, list[float]]:
-        """One epoch; seconds per block of its forwards, backwards and of its step + resets."""
+    # An EpochProgram (gnnpipe.engine.driver) whose epochs record, in ``took``, the seconds per
+    # block of its forwards, backwards and of its step + resets.
+    def begin_epoch(self, epoch: int) -> None:
         n = len(self.executors)
-        took = {"forward": [0.0] * n, "backward": [0.0] * n, "step": [0.0] * n}
+        self.took = took = {"forward": [0.0] * n, "backward": [0.0] * n, "step": [0.0] * n}
         for k, ex in enumerate(self.executors):
             start = time.perf_counter()
             ex.begin_epoch(epoch)
             took["step"][k] += time.perf_counter() - start
+
+    def run_chunks(self, epoch: int) -> None:
+        n, took = len(self.executors), self.took
         order = chunk_order(len(self.bounds) - 1, self.seed, epoch, random_order=True)
         for c in order:
             tensors = self.inputs[c]
@@ -160,13 +166,17 @@ class _SliceBench:
                 start = time.perf_counter()
                 grads = self.executors[k].backward(c, grads)
                 took["backward"][k] += time.perf_counter() - start
+
+    def step(self, epoch: int) -> None:
         for k, opt in enumerate(self.optimizers):
             start = time.perf_counter()
             if opt is not None:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
-            took["step"][k] += time.perf_counter() - start
-        return took
+            self.took["step"][k] += time.perf_counter() - start
+
+    def evaluate(self) -> dict[str, float]:
+        return {}  # costs only: nothing to evaluate
 
     def kept_bytes(self) -> list[float]:
         """Bytes per row each block keeps from a chunk's forward to its backward: what autograd
@@ -197,7 +207,10 @@ class _SliceBench:
 
 
 def _medians(bench: _SliceBench, warmup: int, repeats: int) -> dict[str, list[float]]:
-    epochs = [bench.epoch(e) for e in range(warmup + repeats)][warmup:]
+    took: list[dict[str, list[float]]] = []
+    total = warmup + repeats
+    drive(bench, total, eval_every=total, callbacks=[lambda record: took.append(bench.took) or False])
+    epochs = took[warmup:]
     return {kind: [statistics.median(e[kind][k] for e in epochs)
                    for k in range(len(bench.executors))] for kind in epochs[0]}
 
@@ -270,10 +283,9 @@ def _per_row_and_chunk(t_low: float, t_high: float, low: int, high: int,
 
 
 def check_inputs(model: LayerStack, data: Data) -> Data:
-    """The model fits the graph (:func:`gnnpipe.validate.check_model_data`); ``data`` with
-    float32 features (others are converted, with a logged warning)."""
-    check_model_data(model, data)
-    return float32_features(data)
+    """The graph ready (a Dataset's graph, masks from a stored ``split_idx``) and fitting the
+    model, with float32 features: :func:`gnnpipe.validate.model_graph`."""
+    return model_graph(model, data)
 
 
 def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data,

@@ -3,16 +3,20 @@ aggregation (forward: rows to the ranks that need them; backward: their gradient
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
+from torch_geometric.data import Data
 
+from gnnpipe import checkpoint as ckpt
 from gnnpipe.engine.graph import Adjacency, coo_to_csr, normalized_adjacency
-from gnnpipe.engine.single import chunk_loss, evaluates, keyed_dropout, mask_seed
+from gnnpipe.engine.message_passing import MessageGraphs, halo_message_passing
+from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed
+from gnnpipe.models import LayerStack
 from gnnpipe.runtime.comm import Comm
-from gnnpipe.runtime.rank import EpochReporter, JobSpec
+from gnnpipe.runtime.rank import JobSpec
 
 
 @dataclass
@@ -26,12 +30,14 @@ class HaloPlan:
     send_rows: dict[int, Tensor]
     recv_counts: dict[int, int]
     adj: Adjacency  # rows lo:hi over columns [local rows, halo rows]
+    graphs: MessageGraphs | None = None  # in-edges of lo:hi for PyG message-passing layers
 
     def to(self, device: torch.device) -> HaloPlan:
         """Index tensors and the local adjacency on ``device``."""
         return HaloPlan(self.lo, self.hi, self.halo.to(device),
                         {q: r.to(device) for q, r in self.send_rows.items()}, self.recv_counts,
-                        self.adj.to(device))
+                        self.adj.to(device),
+                        None if self.graphs is None else self.graphs.to(device))
 
 
 def halo_plan(full: Adjacency, bounds: list[int], rank: int) -> HaloPlan:
@@ -55,7 +61,9 @@ def halo_plan(full: Adjacency, bounds: list[int], rank: int) -> HaloPlan:
         qa = full.rows(bounds[q], bounds[q + 1]).A.col_indices()
         needed = torch.unique(qa[(qa >= lo) & (qa < hi)])
         send_rows[q] = needed - lo
-    return HaloPlan(lo, hi, halo, send_rows, recv_counts, adj)
+    graphs = None if full.edge_index is None else MessageGraphs(
+        full.edge_index, full.num_nodes, [lo, hi], halo)
+    return HaloPlan(lo, hi, halo, send_rows, recv_counts, adj, graphs)
 
 
 class _HaloAggregate(torch.autograd.Function):
@@ -108,15 +116,85 @@ class GraphContext:
             return self.plan.adj.A @ torch.cat([h, self.exchange(h, "eval")])
         return _HaloAggregate.apply(h, self)
 
+    def message_passing(self, module: torch.nn.Module, h: Tensor, key: int) -> Tensor:
+        """PyG ``module`` on the partition's in-edges, halo rows exchanged (exact)."""
+        return halo_message_passing(self, module, h, key)
+
     def dropout(self, h: Tensor, p: float, key: int) -> Tensor:
         if not self.training or p == 0.0:
             return h
         return keyed_dropout(h, p, mask_seed(self.seed, self.epoch, self.comm.rank, key))
 
 
-def _evaluate(spec: JobSpec, plan: HaloPlan, comm: Comm) -> dict[str, float]:
+class GraphRank:
+    """One rank of graph parallelism (an :class:`~gnnpipe.engine.driver.EpochProgram`): full-graph
+    training on its partition, weight gradients all-reduced, one step per epoch."""
+
+    def __init__(self, spec: JobSpec, comm: Comm, model: LayerStack, data: Data) -> None:
+        self.spec, self.comm, self.model, self.data = spec, comm, model, data
+        full = normalized_adjacency(data.edge_index.cpu(), data.num_nodes, model.norm)
+        self.plan = halo_plan(full, spec.bounds, comm.rank).to(comm.device)
+        self.optimizer = torch.optim.Adam(
+            model.param_groups(spec.weight_decay, spec.gnn_weight_decay), lr=spec.lr)
+        self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.num_train = int(data.train_mask.sum())
+        plan = self.plan
+        self.x, self.y, self.train = (t[plan.lo:plan.hi] for t in (data.x, data.y, data.train_mask))
+        self.layout = ckpt.layout(spec.mode, spec.ranges, spec.node_order, rank=comm.rank)
+
+    def begin_epoch(self, epoch: int) -> None:
+        self.comm.epoch = epoch
+        self.optimizer.zero_grad(set_to_none=False)
+
+    def run_chunks(self, epoch: int) -> float:
+        comm = self.comm
+        start = comm.now()
+        logits = self.model(self.x, GraphContext(self.plan, comm, self.spec.seed, epoch, training=True))
+        loss = chunk_loss(logits, self.y, self.train, self.num_train)
+        comm.record("forward", start)
+        start = comm.now()
+        loss.backward()
+        comm.record("backward", start)
+        for p in self.params:
+            if p.grad is None:  # a parameter this rank's rows never reached
+                p.grad = torch.zeros_like(p)
+        total = loss.detach().reshape(1).double()
+        comm.allreduce([p.grad for p in self.params])
+        comm.allreduce([total], kind="control")
+        return float(total)
+
+    def step(self, epoch: int) -> None:
+        start = self.comm.now()
+        self.optimizer.step()
+        self.comm.record("step", start)
+
+    def evaluate(self) -> dict[str, float]:
+        """Exact full-graph inference, partitioned; counts summed over ranks."""
+        return _evaluate(self.spec, self.model, self.data, self.plan, self.comm)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Rank 0 keeps the weights and Adam state (the same on every rank); there are no
+        historical buffers."""
+        if self.comm.rank != 0:
+            return ckpt.shard(self.layout)
+        return ckpt.shard(self.layout, ckpt.model_shard(self.model, 0, len(self.model)),
+                          ckpt.optimizer_shard(self.optimizer, self.model))
+
+    def restore(self, shards: list[dict[str, Any]]) -> None:
+        ckpt.restore_model(self.model, shards)
+        ckpt.restore_optimizer(self.optimizer, self.model, shards)
+
+    def state(self) -> dict[str, Tensor]:
+        return dict(self.model.state_dict())
+
+
+def graph_program(spec: JobSpec, comm: Comm, model: LayerStack, data: Data) -> GraphRank:
+    return GraphRank(spec, comm, model, data)
+
+
+def _evaluate(spec: JobSpec, model: LayerStack, data: Data, plan: HaloPlan,
+              comm: Comm) -> dict[str, float]:
     """Exact full-graph inference, partitioned; counts summed over ranks."""
-    data, model = spec.data, spec.model
     model.eval()
     with torch.no_grad():
         ctx = GraphContext(plan, comm, spec.seed, comm.epoch, training=False)
@@ -136,42 +214,3 @@ def _evaluate(spec: JobSpec, plan: HaloPlan, comm: Comm) -> dict[str, float]:
     out = {f"{s}_acc": t[2 * i] / max(t[2 * i + 1], 1.0) for i, s in enumerate(("train", "val", "test"))}
     out["val_loss"] = t[6] / max(t[3], 1.0)
     return out
-
-
-def graph_rank(spec: JobSpec, comm: Comm, reporter: EpochReporter) -> dict[str, Tensor]:
-    """Full-graph training, each rank owning one partition; weight gradients all-reduced."""
-    data, model = spec.data, spec.model
-    full = normalized_adjacency(data.edge_index.cpu(), data.num_nodes, model.norm)
-    plan = halo_plan(full, spec.bounds, comm.rank).to(comm.device)
-    optimizer = torch.optim.Adam(model.param_groups(spec.weight_decay, spec.gnn_weight_decay),
-                                 lr=spec.lr)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    num_train = int(data.train_mask.sum())
-    x, y, train = (t[plan.lo:plan.hi] for t in (data.x, data.y, data.train_mask))
-    for epoch in range(spec.epochs):
-        comm.epoch = epoch
-        began = time.perf_counter()
-        optimizer.zero_grad(set_to_none=False)
-        start = comm.now()
-        logits = model(x, GraphContext(plan, comm, spec.seed, epoch, training=True))
-        loss = chunk_loss(logits, y, train, num_train)
-        comm.record("forward", start)
-        start = comm.now()
-        loss.backward()
-        comm.record("backward", start)
-        for p in params:
-            if p.grad is None:  # a parameter this rank's rows never reached
-                p.grad = torch.zeros_like(p)
-        grads = [p.grad for p in params]
-        total = loss.detach().reshape(1).double()
-        comm.allreduce(grads)
-        comm.allreduce([total], kind="control")
-        start = comm.now()
-        optimizer.step()
-        comm.record("step", start)
-        record = {"epoch": epoch, "epoch_time": time.perf_counter() - began, "loss": float(total)}
-        if evaluates(epoch, spec.epochs, spec.eval_every):
-            record.update(_evaluate(spec, plan, comm))
-        if reporter.report(record):
-            break
-    return {k: v for k, v in model.state_dict().items()}

@@ -4,36 +4,20 @@ step, and all-reduce their weight gradients once per epoch."""
 
 from __future__ import annotations
 
-import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch_geometric.data import Data
 
-from gnnpipe.engine.chunked import LayerBuffers, chunk_order
+from gnnpipe import checkpoint as ckpt
+from gnnpipe.engine.chunked import LayerBuffers, boundary_rows
 from gnnpipe.engine.graph import Adjacency
+from gnnpipe.models import LayerStack
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.pipeline import PipelineStage
-from gnnpipe.runtime.rank import EpochReporter, JobSpec
-
-
-def _rows_reaching_outside(part: Tensor, lo: int, hi: int) -> Tensor:
-    """Global ids of the rows of CSR ``part`` (rows ``lo:hi``) with a column outside ``lo:hi``."""
-    cols = part.col_indices()
-    row = torch.repeat_interleave(torch.arange(hi - lo), part.crow_indices().diff())
-    return torch.unique(row[(cols < lo) | (cols >= hi)]) + lo
-
-
-def boundary_rows(adj: Adjacency, bounds: list[int]) -> tuple[list[Tensor], list[Tensor]]:
-    """Per chunk, the rows other chunks read: forward ``Hbuf`` rows (``Â[r, i] != 0`` for some
-    ``r`` outside, i.e. ``Âᵀ`` rows reaching outside) and backward ``dZbuf`` rows (``Â`` rows)."""
-    forward, backward = [], []
-    for c in range(len(bounds) - 1):
-        lo, hi = bounds[c], bounds[c + 1]
-        rows = adj.rows(lo, hi)
-        forward.append(_rows_reaching_outside(rows.AT, lo, hi))
-        backward.append(_rows_reaching_outside(rows.A, lo, hi))
-    return forward, backward
+from gnnpipe.runtime.rank import JobSpec
 
 
 class WaySync:
@@ -64,36 +48,56 @@ class WaySync:
         return self._exchange(buf.dZ, chunk, self.backward_rows, "boundary_grad")
 
 
-def hybrid_rank(spec: JobSpec, comm: Comm, reporter: EpochReporter) -> dict[str, Tensor]:
-    """Rank ``way * S + stage``: GNNPipe's schedule on this way's chunks, rows shared across ways."""
-    groups = [dist.new_group([w * spec.stages + s for w in range(spec.ways)])
-              for s in range(spec.stages)]
-    group = groups[comm.stage]
-    stage = PipelineStage(spec, comm)
-    sync = WaySync(comm, spec, stage.adj.to("cpu"))  # row ids on the CPU index any device
-    stage.executor.sync = sync
-    params = [p for g in stage.optimizer.param_groups for p in g["params"]]
-    num_chunks, ways = len(spec.bounds) - 1, spec.ways
-    for epoch in range(spec.epochs):
-        comm.epoch = epoch
-        began = time.perf_counter()
-        stage.optimizer.zero_grad(set_to_none=False)
-        stage.executor.begin_epoch(epoch)
-        order = chunk_order(num_chunks, spec.seed, epoch, spec.techniques.random_order)
-        steps = [order[k * ways:(k + 1) * ways] for k in range(num_chunks // ways)]
+class HybridStage(PipelineStage):
+    """Rank ``way * S + stage``: GNNPipe's schedule on this way's chunks, boundary rows shared with
+    the same stage of the other ways, weight gradients all-reduced across them."""
 
-        def at_step(position: int, steps: list[list[int]] = steps) -> None:
-            sync.step_chunks = steps[position]
+    def __init__(self, spec: JobSpec, comm: Comm, model: LayerStack, data: Data) -> None:
+        groups = [dist.new_group([w * spec.stages + s for w in range(spec.ways)])
+                  for s in range(spec.stages)]  # every rank creates every group, in order
+        super().__init__(spec, comm, model, data)
+        self.group = groups[comm.stage]
+        self.sync = WaySync(comm, spec, self.adj.to("cpu"))  # row ids on the CPU index any device
+        self.executor.sync = self.sync
+        self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
 
-        mine = [step[comm.way] for step in steps]
-        loss = stage.forward_chunks(mine, at_step)
-        stage.backward_chunks(mine, at_step)
-        for p in params:
+    def begin_epoch(self, epoch: int) -> None:
+        self.comm.epoch = epoch
+        self.optimizer.zero_grad(set_to_none=False)
+        self.executor.begin_epoch(epoch)
+
+    def run_chunks(self, epoch: int) -> float | None:
+        order, ways = self.order(epoch), self.spec.ways
+        steps = [order[k * ways:(k + 1) * ways] for k in range(len(order) // ways)]
+
+        def at_step(position: int) -> None:
+            self.sync.step_chunks = steps[position]
+
+        mine = [step[self.comm.way] for step in steps]
+        loss = self.forward_chunks(mine, at_step)
+        self.backward_chunks(mine, at_step)
+        for p in self.params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        total = torch.tensor([loss], dtype=torch.float32, device=comm.device)
-        comm.allreduce([p.grad for p in params] + ([total] if stage.is_last else []), group=group)
-        record = stage.finish_epoch(epoch, began, float(total), evaluate=comm.way == 0)
-        if reporter.report(record):
-            break
-    return stage.state() if comm.way == 0 else {}
+        total = torch.tensor([loss], dtype=torch.float32, device=self.comm.device)
+        self.comm.allreduce([p.grad for p in self.params] + ([total] if self.is_last else []),
+                            group=self.group)
+        return float(total) if self.is_last else None
+
+    def evaluate(self) -> dict[str, float]:
+        """Way 0 evaluates (its stages hold the same weights as every way's)."""
+        return super().evaluate() if self.comm.way == 0 else {}
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Way 0 keeps the weights and Adam state (the same in every way); every rank its own
+        historical buffers (ways fill different rows of them)."""
+        if self.comm.way == 0:
+            return super().checkpoint_state()
+        return ckpt.shard(self.layout, buffers=ckpt.buffer_shard(self.executor))
+
+    def state(self) -> dict[str, Tensor]:
+        return super().state() if self.comm.way == 0 else {}
+
+
+def hybrid_program(spec: JobSpec, comm: Comm, model: LayerStack, data: Data) -> HybridStage:
+    return HybridStage(spec, comm, model, data)

@@ -2,40 +2,51 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
+from torch_geometric.data import Data
 
+from gnnpipe import checkpoint as ckpt
 from gnnpipe.engine.chunked import StageExecutor, chunk_order
+from gnnpipe.engine.driver import owned
 from gnnpipe.engine.graph import Adjacency, normalized_adjacency
-from gnnpipe.engine.single import FullGraphContext, evaluates, metrics
+from gnnpipe.engine.single import FullGraphContext, metrics
+from gnnpipe.models import LayerStack
 from gnnpipe.runtime.comm import Comm, PendingRecv
-from gnnpipe.runtime.rank import EpochReporter, JobSpec
+from gnnpipe.runtime.rank import JobSpec
 
 
 class PipelineStage:
-    """Stage ``comm.stage`` of one pipeline way: its block range, neighbours and executor."""
+    """Stage ``comm.stage`` of one pipeline way: its block range, neighbours and executor; the
+    rank's :class:`~gnnpipe.engine.driver.EpochProgram` in ``pipeline`` mode.
 
-    def __init__(self, spec: JobSpec, comm: Comm, executor_kwargs: dict | None = None) -> None:
-        self.spec, self.comm = spec, comm
+    Args:
+        spec: the job.
+        comm: this rank's communicator.
+        model, data: this rank's copy of the stack and the chunk-ordered graph, on its device.
+    """
+
+    def __init__(self, spec: JobSpec, comm: Comm, model: LayerStack, data: Data) -> None:
+        self.spec, self.comm, self.model, self.data = spec, comm, model, data
         s, last = comm.stage, spec.stages - 1
         self.start, self.stop = spec.ranges[s]
         self.is_first, self.is_last = s == 0, s == last
         self.prev = None if self.is_first else comm.rank - 1
         self.next = None if self.is_last else comm.rank + 1
-        self.in_widths = [] if self.is_first else spec.model.boundary_widths(self.start)
-        self.out_widths = [] if self.is_last else spec.model.boundary_widths(self.stop)
-        data = spec.data
-        self.adj: Adjacency = normalized_adjacency(data.edge_index, data.num_nodes, spec.model.norm)
-        self.executor = StageExecutor(spec.model, self.start, self.stop, self.adj, spec.bounds,
-                                      spec.techniques, spec.seed, spec.recompute,
-                                      **(executor_kwargs or {}))
+        self.in_widths = [] if self.is_first else model.boundary_widths(self.start)
+        self.out_widths = [] if self.is_last else model.boundary_widths(self.stop)
+        self.adj: Adjacency = normalized_adjacency(data.edge_index, data.num_nodes, model.norm)
+        self.executor = StageExecutor(model, self.start, self.stop, self.adj, spec.bounds,
+                                      spec.techniques, spec.seed, spec.recompute)
         self.optimizer = torch.optim.Adam(
-            spec.model.param_groups(spec.weight_decay, spec.gnn_weight_decay, self.start, self.stop),
+            model.param_groups(spec.weight_decay, spec.gnn_weight_decay, self.start, self.stop),
             lr=spec.lr)
         self.num_train = int(data.train_mask.sum())
+        self.layout = ckpt.layout(spec.mode, spec.ranges, spec.node_order, comm.stage, comm.way,
+                                  spec.ways, comm.rank)
 
     def rows(self, chunk: int) -> tuple[int, int]:
         return self.spec.bounds[chunk], self.spec.bounds[chunk + 1]
@@ -52,7 +63,7 @@ class PipelineStage:
     def forward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None) -> float:
         """Forward every chunk of ``order``; returns the summed chunk losses on the last stage.
         ``on_chunk(position)`` runs before each chunk (hybrid: which chunks the other ways hold)."""
-        comm, data, loss = self.comm, self.spec.data, 0.0
+        comm, data, loss = self.comm, self.data, 0.0
         incoming = self._post(order, 0, self.prev, self.in_widths)
         for position, c in enumerate(order):
             if on_chunk is not None:
@@ -101,7 +112,7 @@ class PipelineStage:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Exact full-graph inference pipelined through the stages; metrics on the last stage."""
-        comm, data, model = self.comm, self.spec.data, self.spec.model
+        comm, data, model = self.comm, self.data, self.model
         model.eval()
         n = data.num_nodes
         tensors: list[Tensor] = ([data.x] if self.is_first
@@ -116,37 +127,46 @@ class PipelineStage:
         comm.wait_all()
         return {}
 
-    def finish_epoch(self, epoch: int, began: float, loss: float, evaluate: bool = True) -> dict:
-        """Optimizer step and snapshot, then the epoch's record: its time (since ``began``), the
-        loss on the last stage and, with ``evaluate`` on an evaluation epoch (``eval_every``),
-        the exact full-graph metrics."""
+    # ------------------------------------------------------------------ EpochProgram
+    def begin_epoch(self, epoch: int) -> None:
+        self.comm.epoch = epoch
+        self.optimizer.zero_grad(set_to_none=True)
+        self.executor.begin_epoch(epoch)
+
+    def order(self, epoch: int) -> list[int]:
+        return chunk_order(len(self.spec.bounds) - 1, self.spec.seed, epoch,
+                           self.spec.techniques.random_order)
+
+    def run_chunks(self, epoch: int) -> float | None:
+        order = self.order(epoch)
+        loss = self.forward_chunks(order)
+        self.backward_chunks(order)
+        return loss if self.is_last else None
+
+    def step(self, epoch: int) -> None:
+        """Optimizer step and snapshot."""
         start = self.comm.now()
         self.optimizer.step()
         self.comm.record("step", start)
         self.executor.end_epoch()
-        record = {"epoch": epoch, "epoch_time": time.perf_counter() - began}
-        if self.is_last:
-            record["loss"] = loss
-        if evaluate and evaluates(epoch, self.spec.epochs, self.spec.eval_every):
-            record.update(self.evaluate())
-        return record
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return ckpt.shard(self.layout, ckpt.model_shard(self.model, self.start, self.stop),
+                          ckpt.optimizer_shard(self.optimizer, self.model),
+                          ckpt.buffer_shard(self.executor))
+
+    def restore(self, shards: list[dict[str, Any]]) -> None:
+        """The stage's blocks and Adam state from a checkpoint of any layout; its historical
+        buffers where they carry over (:func:`gnnpipe.checkpoint.restore_buffers`)."""
+        ckpt.restore_model(self.model, shards, self.start, self.stop)
+        ckpt.restore_optimizer(self.optimizer, self.model, shards)
+        ckpt.restore_buffers(self.executor, shards, self.layout)
 
     def state(self) -> dict[str, Tensor]:
-        return {k: v for k, v in self.spec.model.state_dict().items()
-                if int(k.split(".")[1]) in range(self.start, self.stop)}
+        """The final weights of the stage's blocks."""
+        return owned(self.model.state_dict(), self.start, self.stop)
 
 
-def pipeline_rank(spec: JobSpec, comm: Comm, reporter: EpochReporter) -> dict[str, Tensor]:
-    """Train with GNNPipe's chunked fill-drain schedule; one optimizer step per epoch."""
-    stage = PipelineStage(spec, comm)
-    for epoch in range(spec.epochs):
-        comm.epoch = epoch
-        began = time.perf_counter()
-        stage.optimizer.zero_grad(set_to_none=True)
-        stage.executor.begin_epoch(epoch)
-        order = chunk_order(len(spec.bounds) - 1, spec.seed, epoch, spec.techniques.random_order)
-        loss = stage.forward_chunks(order)
-        stage.backward_chunks(order)
-        if reporter.report(stage.finish_epoch(epoch, began, loss)):
-            break
-    return stage.state()
+def pipeline_program(spec: JobSpec, comm: Comm, model: LayerStack, data: Data) -> PipelineStage:
+    """GNNPipe's chunked fill-drain schedule on one stage; one optimizer step per epoch."""
+    return PipelineStage(spec, comm, model, data)

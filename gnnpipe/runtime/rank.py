@@ -3,6 +3,7 @@ epochs live, stop together, and return its records, timeline and byte counters."
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import socket
@@ -16,7 +17,9 @@ import torch
 import torch.distributed as dist
 from torch_geometric.data import Data
 
+from gnnpipe import checkpoint as ckpt
 from gnnpipe.engine.chunked import Techniques
+from gnnpipe.engine.driver import drive
 from gnnpipe.models import LayerStack
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.store import bind_transport, rendezvous, worker_host
@@ -24,12 +27,15 @@ from gnnpipe.runtime.store import bind_transport, rendezvous, worker_host
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobSpec:
-    """Everything a rank needs; pickled once per rank by Dask.
+    """Everything a rank needs, a frozen description of the job; pickled once per rank by Dask.
+    Ranks train a copy of ``model``; what changes from one launch to the next (threads,
+    rendezvous, the checkpoint resumed after a restart) is an :class:`Attempt`.
 
     ``data`` is already reordered so that chunks (pipeline) or partitions (graph) are contiguous
-    row ranges given by ``bounds``.
+    row ranges given by ``bounds``; ``node_order`` digests that order
+    (:func:`gnnpipe.checkpoint.node_order`).
     """
 
     mode: str
@@ -46,12 +52,15 @@ class JobSpec:
     ranges: list[tuple[int, int]]
     techniques: Techniques
     recompute: bool
-    threads: int
     timeout: float
     topic: str
     stop_event: str | None = None
     device: str = "cpu"
     eval_every: int = 1
+    node_order: str = ""
+    checkpoint: str | None = None  # the folder ranks write checkpoints to
+    checkpoint_every: int = 10
+    config: dict[str, Any] | None = None  # the run's config, kept in each manifest
 
     @property
     def backend(self) -> str:
@@ -61,6 +70,17 @@ class JobSpec:
     @property
     def world(self) -> int:
         return self.stages * self.ways if self.mode != "graph" else len(self.bounds) - 1
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One launch of a job: the rendezvous, torch threads per rank, how many restarts came
+    before it, and the checkpoint folder (a complete ``epoch-*`` one) it resumes from."""
+
+    init_method: str
+    threads: int = 1
+    number: int = 0
+    resume: str | None = None
 
 
 @dataclass
@@ -80,8 +100,8 @@ class EpochReporter:
     """Publishes each epoch's record on the Dask topic and checks the stop flag (rank 0 decides,
     every rank follows, so all stop at the same epoch boundary)."""
 
-    def __init__(self, spec: JobSpec, comm: Comm) -> None:
-        self.spec, self.comm = spec, comm
+    def __init__(self, spec: JobSpec, comm: Comm, attempt: int = 0) -> None:
+        self.spec, self.comm, self.attempt = spec, comm, attempt
         self.records: list[dict[str, Any]] = []
         self._published = 0  # timeline rows already sent live
         self._event = None
@@ -96,14 +116,18 @@ class EpochReporter:
         except ValueError:  # not inside a Dask worker (direct call in tests)
             self._worker = None
 
-    def report(self, record: dict[str, Any]) -> bool:
-        """Publish ``record``; return True when the run should stop now."""
+    def __call__(self, record: dict[str, Any]) -> bool:
+        """Publish ``record`` (an epoch callback of :func:`gnnpipe.engine.driver.drive`); return
+        True when the run should stop now."""
         record["rank"] = self.comm.rank
         record["comm_bytes"] = self.comm.epoch_bytes.get(record["epoch"], 0)
+        record["attempt"] = self.attempt
         self.records.append(record)
         if self._worker is not None:
             ops = [asdict(e) for e in self.comm.events[self._published:]]
-            self._worker.log_event(self.spec.topic, {**record, "ops": ops})
+            # "comm": this rank's byte counters so far, per (src, dst, kind), for live views
+            self._worker.log_event(self.spec.topic,
+                                   {**record, "ops": ops, "comm": self.comm.comm_table()})
         self._published = len(self.comm.events)
         if self.spec.stop_event is None:
             return False
@@ -134,12 +158,23 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _clock_domain() -> str:
+    """What identifies this process's ``perf_counter`` clock: the kernel's boot id on Linux (one
+    monotonic clock per running kernel, whatever the host names say: containers on one machine
+    share it, cloned machines named alike do not), else the host name."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return socket.gethostname()
+
+
 def _shared_origin() -> float:
     """Time zero of every rank's timeline, called right after a barrier. ``perf_counter`` is
-    the host's monotonic clock, shared by all its processes, so ranks on rank 0's host take rank
-    0's origin exactly; ranks on other hosts take their own barrier exit (aligned to within the
-    barrier's latency)."""
-    mine = [time.perf_counter(), socket.gethostname()]
+    the kernel's monotonic clock, shared by all its processes, so ranks on rank 0's machine take
+    rank 0's origin exactly; ranks on other machines take their own barrier exit (aligned to
+    within the barrier's latency)."""
+    mine = [time.perf_counter(), _clock_domain()]
     theirs = list(mine)
     dist.broadcast_object_list(theirs, src=0)
     return theirs[0] if theirs[1] == mine[1] else mine[0]
@@ -152,9 +187,13 @@ def _rank_device(spec: JobSpec, local_rank: int) -> torch.device:
         return torch.device("cpu")
     device = torch.device("cuda", local_rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
-    spec.model.to(device)
-    spec.data = spec.data.to(device)
     return device
+
+
+def _rank_copies(spec: JobSpec, device: torch.device) -> tuple[LayerStack, Data]:
+    """This rank's model (a copy: the spec keeps the initial weights for a restart) and graph, on
+    ``device``."""
+    return copy.deepcopy(spec.model).to(device), copy.copy(spec.data).to(device)
 
 
 def _join_group(spec: JobSpec, rank: int, init_method: str, device: torch.device) -> None:
@@ -169,24 +208,55 @@ def _join_group(spec: JobSpec, rank: int, init_method: str, device: torch.device
                             timeout=timeout, device_id=device if device.type == "cuda" else None)
 
 
-def run_rank(spec: JobSpec, rank: int, init_method: str, local_rank: int = 0) -> RankResult:
-    """Entry point submitted to one Dask worker per rank."""
+def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) -> RankResult:
+    """Entry point submitted to one Dask worker per rank: the mode's program
+    (``gnnpipe.runtime.<mode>.<mode>_program``) run by the epoch driver, resumed from and
+    checkpointed to where ``attempt`` and ``spec`` say."""
     module = importlib.import_module(f"gnnpipe.runtime.{spec.mode}")
-    program: Callable[[JobSpec, Comm, EpochReporter], dict[str, torch.Tensor]] = getattr(
-        module, f"{spec.mode}_rank")
-    torch.set_num_threads(spec.threads)
+    make_program: Callable[..., Any] = getattr(module, f"{spec.mode}_program")
+    torch.set_num_threads(attempt.threads)
     _reset_peak_rss()
     device = _rank_device(spec, local_rank)
-    _join_group(spec, rank, init_method, device)
+    model, data = _rank_copies(spec, device)
+    _join_group(spec, rank, attempt.init_method, device)
     try:
         dist.barrier()
         stage, way = (0, rank) if spec.mode == "graph" else (rank % spec.stages, rank // spec.stages)
         comm = Comm(rank, spec.world, stage=stage, way=way, origin=_shared_origin(),
                     device=device)
-        reporter = EpochReporter(spec, comm)
-        state = program(spec, comm, reporter)
+        program = make_program(spec, comm, model, data)
+        reporter = EpochReporter(spec, comm, attempt.number)
+        start, inherited = _resume(attempt, program, rank)
+        callbacks: list[Callable[[dict[str, Any]], bool]] = [reporter]
+        if spec.checkpoint is not None:
+            callbacks.append(ckpt.Checkpointer(
+                spec.checkpoint, spec.checkpoint_every, spec.epochs, program, spec.config or {},
+                ckpt.param_shapes(model), rank, spec.world, inherited=inherited, gather=_gather))
+        drive(program, spec.epochs, spec.eval_every, start, callbacks)
         dist.barrier()
         return RankResult(rank, reporter.records, [asdict(e) for e in comm.events],
-                          comm.comm_table(), {k: v.cpu() for k, v in state.items()}, _peak_rss())
+                          comm.comm_table(), {k: v.cpu() for k, v in program.state().items()},
+                          _peak_rss())
     finally:
         dist.destroy_process_group()
+
+
+def _resume(attempt: Attempt, program: Any, rank: int) -> tuple[int, list[dict[str, Any]]]:
+    """Restore ``program`` from the attempt's checkpoint: the epoch to start at and the history
+    records before it (``0, []`` when the attempt starts afresh)."""
+    if attempt.resume is None:
+        return 0, []
+    manifest = ckpt.Manifest.read(attempt.resume)
+    if manifest is None:
+        raise RuntimeError(f"resume: rank {rank} finds no complete checkpoint at "
+                           f"{attempt.resume!r} (is the folder shared with every worker?)")
+    program.restore(manifest.shards())
+    return manifest.epoch, list(manifest.records) if rank == 0 else []
+
+
+def _gather(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Every rank's records on rank 0 (a collective: once it returns there, every rank has
+    written its shard)."""
+    out: list[Any] = [None] * dist.get_world_size() if dist.get_rank() == 0 else []
+    dist.gather_object(records, out if dist.get_rank() == 0 else None, dst=0)
+    return out if dist.get_rank() == 0 else []

@@ -7,17 +7,20 @@ from typing import Any
 
 from torch_geometric.data import Data
 
+from gnnpipe import checkpoint as ckpt
 from gnnpipe.engine.chunked import Techniques
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk, partition
+from gnnpipe.run import Run
 from gnnpipe.runtime.cluster import check_gpus, gpu_ids, resolve
-from gnnpipe.runtime.launch import DistributedRun, new_topic
+from gnnpipe.runtime.handle import DistributedRun
+from gnnpipe.runtime.launch import new_topic
 from gnnpipe.runtime.rank import JobSpec
 from gnnpipe.runtime.workerenv import check_workers
 
 
 def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], techniques: Techniques,
-                      cluster: Any, timeout: float) -> DistributedRun:
+                      cluster: Any, timeout: float, recovery: ckpt.Recovery) -> DistributedRun:
     mode = config["mode"]
     if mode == "graph":
         parts = partition(data, config["parts"], method="metis", seed=config["seed"])
@@ -33,9 +36,10 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
                    epochs=config["epochs"], lr=config["lr"], weight_decay=config["weight_decay"],
                    gnn_weight_decay=config["gnn_weight_decay"], seed=config["seed"], stages=stages,
                    ways=ways, ranges=ranges, techniques=techniques,
-                   recompute=config["recompute"], threads=1, timeout=timeout, topic=topic,
+                   recompute=config["recompute"], timeout=timeout, topic=topic,
                    stop_event=f"{topic}-stop", eval_every=config["eval_every"],
-                   device=config["device"])
+                   device=config["device"], node_order=ckpt.node_order(parts),
+                   checkpoint=recovery.root, checkpoint_every=recovery.every, config=config)
     handle, owned = resolve(cluster, spec.world)
     try:
         workers = handle.ready(spec.world)
@@ -50,9 +54,8 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
         if owned:
             handle.close()
         raise
-    run = DistributedRun(config, spec, handle, owned, model)
-    run.partitioning, run.data = parts, data
-    return run.start()
+    result = Run(config=config, partitioning=parts, data=data)
+    return DistributedRun(result, spec, handle, owned, model, recovery).start()
 
 
 def _predicted(model: LayerStack, data: Data, config: dict[str, Any], parts: Any) -> int:

@@ -1,0 +1,233 @@
+"""`DistributedRun`: the handle of a run on Dask workers. It holds the run's result (a `Run`,
+growing live from the ranks' per-epoch events) and restarts every rank from the newest checkpoint
+after a failure, as often as ``restarts`` allows."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from distributed import Event
+
+from gnnpipe import checkpoint as ckpt
+from gnnpipe.events import Timeline
+from gnnpipe.run import Run, best_epoch, events_frame, history_from
+from gnnpipe.runtime.cluster import Cluster
+from gnnpipe.runtime.launch import RankFailure, launch
+from gnnpipe.runtime.rank import JobSpec, RankResult
+
+logger = logging.getLogger(__name__)
+
+
+class DistributedRun:
+    """A run on Dask workers; with ``background=True`` it returns before training ends.
+
+    ``history`` grows live from the ranks' per-epoch events; ``wait()`` blocks until the end and
+    raises :class:`~gnnpipe.runtime.launch.RankFailure` if a rank failed (after ``restarts``
+    restarts); ``stop()`` makes all ranks stop together at the next epoch boundary. Once done,
+    ``result`` is the complete :class:`~gnnpipe.run.Run`.
+    """
+
+    def __init__(self, result: Run, spec: JobSpec, cluster: Cluster, owned: bool, model: Any,
+                 recovery: ckpt.Recovery) -> None:
+        self.result, self.spec, self.cluster, self._owned = result, spec, cluster, owned
+        self._model, self._recovery = model, recovery
+        self._live: list[dict[str, Any]] = []  # this attempt's records
+        self._live_ops: list[dict[str, Any]] = []
+        self._prior: list[dict[str, Any]] = []  # records of the epochs before it (a checkpoint's)
+        self._attempt = 0
+        self._event_rows = recovery.events()
+        self._listeners: list[Any] = []
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None  # read by the dashboard
+        self._finished = threading.Event()
+        self.peak_rss: dict[int, int] = {}
+        self.workers: list[str] = []  # rank r ran on workers[r] (set when the run ends)
+        self._stop = Event(spec.stop_event, client=cluster.client) if spec.stop_event else None
+        cluster.client.subscribe_topic(spec.topic, self._on_event)
+        self._thread = threading.Thread(target=self._main, name=f"gnnpipe-{spec.topic}", daemon=True)
+
+    # ------------------------------------------------------------------ the result, live
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.result.config
+
+    @property
+    def data(self) -> Any:
+        return self.result.data
+
+    @property
+    def partitioning(self) -> Any:
+        return self.result.partitioning
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.result.timeline
+
+    @property
+    def comm(self) -> pd.DataFrame:
+        return self.result.comm
+
+    @property
+    def history(self) -> pd.DataFrame:
+        if self._complete:
+            return self.result.history
+        with self._lock:
+            return history_from(self._prior + self._live, self._recovery.restarts > 0)
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """Resumes and restarts (:data:`gnnpipe.run.EVENT_COLUMNS`)."""
+        with self._lock:
+            return events_frame(list(self._event_rows))
+
+    @property
+    def best(self) -> dict[str, float]:
+        return best_epoch(self.history)
+
+    @property
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    @property
+    def _complete(self) -> bool:
+        return self.done and self._error is None
+
+    def live_timeline(self) -> Timeline:
+        """The measured timeline so far (the full one once the run is done); after a restart,
+        the timeline of the attempt since."""
+        if self._complete:
+            return self.result.timeline
+        with self._lock:
+            return Timeline.from_events(list(self._live_ops))
+
+    def _now(self) -> Run:
+        """The result, or while training (or after a failure) a snapshot of it so far."""
+        if self._complete:
+            return self.result
+        r = self.result
+        return Run(config=r.config, history=self.history, timeline=self.live_timeline(),
+                   comm=r.comm, partitioning=r.partitioning, data=r.data, events=self.events)
+
+    def summary(self) -> pd.DataFrame:
+        return self._now().summary()
+
+    def efficiency(self, reference: float | None = None) -> pd.DataFrame:
+        return self._now().efficiency(reference)
+
+    def rank_shares(self) -> pd.DataFrame:
+        return self._now().rank_shares()
+
+    def save(self, folder: str | Path) -> Path:
+        return self._now().save(folder)
+
+    def to_chrome_trace(self, path: str | Path) -> Path:
+        return self._now().to_chrome_trace(path)
+
+    def __repr__(self) -> str:
+        return repr(self._now()) if self.done else f"DistributedRun({self.config.get('mode')!r}, training)"
+
+    # ------------------------------------------------------------------ control
+    def wait(self, timeout: float | None = None) -> DistributedRun:
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"run still training after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        """Ask every rank to stop at the end of the current epoch."""
+        if self._stop is not None:
+            self._stop.set()
+
+    def subscribe(self, callback: Any) -> None:
+        """Call ``callback(record, ops)`` for every epoch a rank reports from now on (on the
+        client's event thread; it must not block)."""
+        with self._lock:
+            self._listeners.append(callback)
+
+    def start(self) -> DistributedRun:
+        self._thread.start()
+        return self
+
+    # ------------------------------------------------------------------ internals
+    def _on_event(self, event: tuple[float, dict[str, Any]]) -> None:
+        record = dict(event[1])
+        ops = record.pop("ops", [])
+        with self._lock:
+            if record.get("attempt", 0) != self._attempt:  # late news from a failed attempt
+                return
+            self._live.append(record)
+            self._live_ops.extend(ops)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(record, ops)
+            except Exception:  # a broken viewer must never break the run
+                logger.exception("run listener failed")
+
+    def _main(self) -> None:
+        try:
+            self._collect(self._attempts())
+        except BaseException as exc:  # noqa: BLE001 - handed to wait(), which re-raises it
+            self._error = exc
+        finally:
+            try:
+                self.cluster.client.unsubscribe_topic(self.spec.topic)
+                if self._owned:
+                    self.cluster.close()
+            finally:
+                self._finished.set()
+
+    def _attempts(self) -> list[RankResult]:
+        """Launch the ranks; after a failure, while restarts are left, launch them again from
+        the newest checkpoint (the resumed one, or epoch 0, if none was written since)."""
+        manifest, number = self._recovery.resume, 0
+        self._begin(0, manifest)
+        while True:
+            try:
+                return launch(self.spec, self.cluster, number,
+                              manifest.folder if manifest is not None else None)
+            except RankFailure as failure:
+                stopped = self._stop is not None and self._stop.is_set()
+                if number >= self._recovery.restarts or stopped:
+                    raise
+                root = self._recovery.root
+                manifest = (ckpt.latest(root) if root else None) or self._recovery.resume
+                number += 1
+                self._begin(number, manifest, failure)
+                self.cluster.ready(self.spec.world)  # a local cluster brings killed workers back
+
+    def _begin(self, number: int, manifest: ckpt.Manifest | None,
+               failure: RankFailure | None = None) -> None:
+        """Attempt ``number`` starts at ``manifest``'s epoch with its records as the history."""
+        epoch = manifest.epoch if manifest is not None else 0
+        with self._lock:
+            self._attempt, self._live, self._live_ops = number, [], []
+            self._prior = list(manifest.records) if manifest is not None else []
+            if failure is not None:
+                self._event_rows.append({"epoch": epoch, "event": "restart", "attempt": number,
+                                         "rank": failure.rank, "cause": failure.cause})
+        if failure is not None:
+            logger.warning("%s; restart %d of %d from epoch %d", failure, number,
+                           self._recovery.restarts, epoch)
+
+    def _collect(self, results: list[RankResult]) -> None:
+        state: dict[str, Any] = {}
+        for result in results:
+            state.update(result.state)
+            self.peak_rss[result.rank] = result.peak_rss
+        self.workers = [r.worker for r in sorted(results, key=lambda r: r.rank)]
+        self._model.load_state_dict(state)
+        run = self.result
+        records = self._prior + [r for res in results for r in res.records]
+        run.history = history_from(records, self._recovery.restarts > 0)
+        run.timeline = Timeline.from_events([e for res in results for e in res.events])
+        run.events = self.events
+        efficiency = run.efficiency().set_index("epoch")["efficiency"]
+        run.history["efficiency"] = run.history["epoch"].map(efficiency)
+        run.comm = pd.DataFrame([row for res in results for row in res.comm],
+                                columns=["src", "dst", "kind", "bytes"])
