@@ -9,6 +9,7 @@ from typing import Any
 
 from distributed import Client, LocalCluster, get_worker
 
+from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import rank_environment
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class Cluster:
         else:
             if n_workers < 1:
                 raise ValueError(f"n_workers: expected at least 1 worker, got {n_workers}")
+            check_main_guard()  # spawned workers re-import the script: refuse unguarded calls
             # Rank errors reach the caller as RankFailure; worker logs at shutdown (heartbeats to a
             # scheduler already closed) would only be noise.
             kwargs.setdefault("silence_logs", logging.CRITICAL)

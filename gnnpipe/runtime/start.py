@@ -16,11 +16,14 @@ from gnnpipe.runtime.cluster import check_gpus, gpu_ids, resolve
 from gnnpipe.runtime.handle import DistributedRun
 from gnnpipe.runtime.launch import new_topic
 from gnnpipe.runtime.rank import JobSpec
+from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import check_workers
 
 
 def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], techniques: Techniques,
                       cluster: Any, timeout: float, recovery: ckpt.Recovery) -> DistributedRun:
+    if cluster is None:  # a local cluster will be started: refuse an unguarded script first
+        check_main_guard()
     mode = config["mode"]
     if mode == "graph":
         parts = partition(data, config["parts"], method="metis", seed=config["seed"])
