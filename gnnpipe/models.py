@@ -28,25 +28,41 @@ class Context(Protocol):
 
     def aggregate(self, h: Tensor, key: int) -> Tensor: ...
 
+    def message_passing(self, module: nn.Module, h: Tensor, key: int) -> Tensor:
+        """PyG ``module(h, edge_index)`` over the rows' in-edges (any mode; see
+        :mod:`gnnpipe.engine.message_passing`)."""
+
     def dropout(self, h: Tensor, p: float, key: int) -> Tensor: ...
 
 
 class Block(nn.Module):
-    """One entry of a :class:`LayerStack`: maps ``(h, h0)`` to ``(h, h0)``.
+    """One entry of a :class:`LayerStack`: ``forward(h, h0, ctx)`` maps ``(h, h0)`` to ``(h, h0)``.
+
+    ``h`` holds the rows being computed (the whole graph, one chunk or one partition: a block
+    is row-wise except through ``ctx``); ``h0`` is an initial embedding that deep GNNs mix back
+    in (GCNII, APPNP), or None. Return ``h0`` unchanged unless the block sets it (returning None
+    passes it on too). Never touch the graph: ``ctx.aggregate(h, self.key)`` is ``Â @ h``, and
+    ``ctx.dropout(h, p, self.key)`` is dropout with masks reproducible in every mode.
 
     Attributes:
         kind: ``"input"``, ``"gnn"`` or ``"output"`` (weight decay groups, reports).
-        aggregates: whether ``forward`` calls ``ctx.aggregate`` (once).
+        in_dim: width of ``h`` entering the block (the previous block's ``out_dim``).
         out_dim: width of ``h`` leaving the block.
-        carries_h0: whether ``h0`` leaves the block (GCNII's initial embedding).
+        aggregates: whether ``forward`` calls ``ctx.aggregate`` (once, on ``out_dim`` columns:
+            the byte counts of graph parallelism assume it).
+        sets_h0: whether ``forward`` returns a new ``h0`` (``out_dim`` wide): an input projection.
+        carries_h0: whether ``forward`` reads ``h0``; the engines then ship ``h0`` across every
+            stage boundary between the block that sets it and this one.
+        key: position in the stack, set by :class:`LayerStack`; keys buffers and dropout masks.
     """
 
     kind: str = "gnn"
     aggregates: bool = False
+    sets_h0: bool = False
     carries_h0: bool = False
     in_dim: int = 0
     out_dim: int = 0
-    key: int = 0  # position in the stack, set by LayerStack; keys buffers and dropout masks
+    key: int = 0
 
     def forward(self, h: Tensor, h0: Tensor | None, ctx: Context) -> tuple[Tensor, Tensor | None]:
         raise NotImplementedError
@@ -61,11 +77,11 @@ class LayerStack(nn.Module):
         name: model family, for reports.
     """
 
-    def __init__(self, blocks: list[Block], norm: str, name: str) -> None:
+    def __init__(self, blocks: list[Block], norm: str = "sym", name: str = "custom") -> None:
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"norm: expected one of {NORMS}, got {norm!r}")
-        self.blocks = nn.ModuleList(blocks)
+        self.blocks = nn.ModuleList(_check_blocks(blocks))
         for i, block in enumerate(self.blocks):
             block.key = i
         self.norm = norm
@@ -91,20 +107,31 @@ class LayerStack(nn.Module):
         return max(widths)
 
     def boundary_widths(self, index: int) -> list[int]:
-        """Widths of the tensors entering block ``index`` from the block before: ``[h]`` or, when a
-        later block needs GCNII's initial embedding, ``[h, h0]``."""
+        """Widths of the tensors entering block ``index`` from the block before: ``[h]`` or, when
+        a block from ``index`` on reads ``h0`` (``carries_h0``) before any sets a new one,
+        ``[h, h0]``."""
         if not 0 < index < len(self.blocks):
             raise ValueError(f"index: a stage boundary lies between blocks 1 and {len(self) - 1}")
         widths = [self.blocks[index - 1].out_dim]
-        needs_h0 = any(isinstance(b, GCNIILayer) for b in self.blocks[index:])
-        h0_width = next((b.out_dim for b in self.blocks if getattr(b, "sets_h0", False)), 0)
-        return widths + [h0_width] if needs_h0 and h0_width else widths
+        for block in self.blocks[index:]:
+            if block.carries_h0:
+                setter = next((b for b in reversed(self.blocks[:index]) if b.sets_h0), None)
+                return widths + [setter.out_dim] if setter is not None else widths
+            if block.sets_h0:
+                break
+        return widths
 
     def run(self, h: Tensor, ctx: Context, start: int = 0, stop: int | None = None,
             h0: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """Run blocks ``start:stop`` on ``(h, h0)``."""
-        for block in self.blocks[start:stop]:
-            h, h0 = block(h, h0, ctx)
+        """Run blocks ``start:stop`` on ``(h, h0)``; ``h0`` passes on through blocks that return
+        None for it without setting it."""
+        for i, block in enumerate(self.blocks[start:stop], start):
+            if block.carries_h0 and h0 is None:
+                raise RuntimeError(f"blocks[{i}] ({type(block).__name__}) reads h0 "
+                                   "(carries_h0=True) but got None: a block before it with "
+                                   "sets_h0=True must return it")
+            h, out = block(h, h0, ctx)
+            h0 = out if out is not None or block.sets_h0 else h0
         return h, h0
 
     def forward(self, x: Tensor, ctx: Context) -> Tensor:
@@ -125,6 +152,56 @@ class LayerStack(nn.Module):
         return f"name={self.name!r}, layers={self.num_layers}, norm={self.norm!r}"
 
 
+def _check_blocks(blocks: object) -> list[Block]:
+    """``blocks`` as a list, after refusing what cannot make a stack: not Blocks, widths that do
+    not chain, a block reading ``h0`` that nothing before it sets, one module twice."""
+    if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
+        one = "; a single block goes in a list: [block]" if isinstance(blocks, nn.Module) else ""
+        raise TypeError(f"blocks: expected a list of gnnpipe.models.Block, got "
+                        f"{_type_name(blocks)}{one}")
+    blocks = list(blocks)  # type: ignore[call-overload]
+    if not blocks:
+        raise ValueError("blocks: expected at least one gnnpipe.models.Block, got an empty list")
+    seen: dict[int, int] = {}
+    for i, block in enumerate(blocks):
+        if not isinstance(block, Block):
+            raise TypeError(f"blocks[{i}]: expected a gnnpipe.models.Block (forward(h, h0, ctx) "
+                            f"-> (h, h0)), got {_type_name(block)}{_hint(block)}")
+        name = f"blocks[{i}] ({type(block).__name__})"
+        for attr in ("in_dim", "out_dim"):
+            value = getattr(block, attr)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}.{attr}: expected a positive integer (set it in "
+                                 f"__init__), got {value!r}")
+        if i and block.in_dim != blocks[i - 1].out_dim:
+            raise ValueError(f"{name}.in_dim: expected {blocks[i - 1].out_dim}, the out_dim of "
+                             f"blocks[{i - 1}] ({type(blocks[i - 1]).__name__}), got {block.in_dim}")
+        if block.carries_h0 and not any(b.sets_h0 for b in blocks[:i]):
+            raise ValueError(f"{name} reads h0 (carries_h0=True): expected a block before it that "
+                             "sets h0 (sets_h0=True, e.g. Dense(..., sets_h0=True)), got none")
+        if id(block) in seen:
+            raise ValueError(f"{name}: expected a new module, got the one at blocks[{seen[id(block)]}] "
+                             "again (build one block per position)")
+        seen[id(block)] = i
+    return blocks
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _hint(value: object) -> str:
+    if type(value).__module__.startswith("torch_geometric"):
+        return ("; a PyG layer goes in a Block whose forward calls ctx.message_passing(layer, h, "
+                "self.key) (README: 'Writing your own block'); gp.models.from_pyg converts a "
+                "whole PyG model")
+    if isinstance(value, nn.Module):
+        return ("; wrap a torch module in a Block (a linear layer: gp.models.Dense; README: "
+                "'Writing your own block')")
+    return ""
+
+
 # --------------------------------------------------------------------------- blocks
 class Dense(Block):
     """``act(W dropout(h) + b)``: input projection or classifier. Sets ``h0`` when asked (GCNII)."""
@@ -133,7 +210,7 @@ class Dense(Block):
                  sets_h0: bool = False, norm_first: bool = False) -> None:
         super().__init__()
         self.kind, self.in_dim, self.out_dim, self.p, self.act = kind, in_dim, out_dim, dropout, act
-        self.carries_h0 = self.sets_h0 = sets_h0
+        self.sets_h0 = sets_h0
         self.norm = nn.LayerNorm(in_dim) if norm_first else None
         self.lin = nn.Linear(in_dim, out_dim)
 
@@ -143,7 +220,7 @@ class Dense(Block):
         h = self.lin(ctx.dropout(h, self.p, self.key))
         if self.act:
             h = F.relu(h)
-        return h, (h if self.sets_h0 else None)
+        return h, (h if self.sets_h0 else h0)
 
 
 class GCNLayer(Block):
@@ -198,8 +275,6 @@ class GCNIILayer(Block):
         nn.init.xavier_uniform_(self.weight)
 
     def forward(self, h: Tensor, h0: Tensor | None, ctx: Context) -> tuple[Tensor, Tensor | None]:
-        if h0 is None:
-            raise RuntimeError("GCNIILayer needs h0: put a Dense(sets_h0=True) block before it")
         z = (1.0 - self.alpha) * ctx.aggregate(ctx.dropout(h, self.p, self.key), self.key)
         z = z + self.alpha * h0
         return F.relu(torch.addmm(z, z, self.weight, beta=1.0 - self.beta, alpha=self.beta)), h0
@@ -284,6 +359,14 @@ def resgcn_plus(in_dim: int, hidden: int = 64, out_dim: int = 2, layers: int = 3
 MODELS: dict[str, Callable[..., LayerStack]] = {
     "gcn": gcn, "sage": sage, "gcnii": gcnii, "resgcn_plus": resgcn_plus,
 }
+
+
+def from_pyg(model: nn.Module, in_dim: int | None = None) -> LayerStack:
+    """A PyG BasicGNN (``GCN``, ``GraphSAGE``, ``GIN``, ``GAT``) or ``Sequential`` as a stack
+    sharing its parameters (:func:`gnnpipe.pyg.from_pyg`)."""
+    from gnnpipe.pyg import from_pyg as convert
+
+    return convert(model, in_dim)
 
 
 def build(name: str, in_dim: int, out_dim: int, layers: int, hidden: int = 64,

@@ -105,7 +105,7 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         ValueError, TypeError: naming the bad argument (:func:`gnnpipe.validate.check_train`),
             before the graph is chunked or any Dask cluster is contacted.
     """
-    model = for_training(model, mode)  # a PyG BasicGNN / Sequential -> LayerStack (shared weights)
+    model = for_training(model, mode, data)  # PyG BasicGNN / Sequential -> LayerStack, same weights
     data = validate.check_train(
         model, data, mode, plan=plan, stages=stages, chunks=chunks, ways=ways, parts=parts,
         workers=workers, cluster=cluster, techniques=techniques, split=split, epochs=epochs, lr=lr,

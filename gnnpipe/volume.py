@@ -24,9 +24,10 @@ def pipeline_bytes(model: LayerStack, num_nodes: int, ranges: list[tuple[int, in
 
 def graph_bytes(model: LayerStack, halo_rows: int) -> int:
     """Halo rows at every aggregation, forward (rows) and backward (their gradients):
-    ``2 · L · d · M · 4`` for uniform width ``d``; a PyG layer exchanges its input width."""
-    widths = sum(sum(getattr(b, "halo_widths", [b.out_dim])) for b in model.blocks if b.aggregates)
-    return 2 * halo_rows * widths * BYTES_PER_VALUE
+    ``2 · L · d · M · 4`` for uniform width ``d``; PyG layers exchange their input width
+    (:attr:`gnnpipe.pyg.PyGBlock.halo_width`)."""
+    widths = sum(getattr(b, "halo_width", 2 * b.out_dim) for b in model.blocks if b.aggregates)
+    return halo_rows * widths * BYTES_PER_VALUE
 
 
 def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning, ways: int) -> int:
@@ -67,7 +68,7 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
     """
     if mode not in MODES:
         raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
-    model = as_stack(model)  # a PyG BasicGNN / Sequential
+    model = as_stack(model, data)  # a PyG BasicGNN / Sequential
     data = single_graph(data)
     if mode in ("single", "local"):
         return 0

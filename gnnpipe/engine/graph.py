@@ -22,10 +22,13 @@ def coo_to_csr(row: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int]) ->
 
 @dataclass(frozen=True)
 class Adjacency:
-    """``Â`` (messages flow source -> target, row = target) and ``Âᵀ``, both CSR."""
+    """``Â`` (messages flow source -> target, row = target) and ``Âᵀ``, both CSR; ``edge_index``
+    is the graph's own ``[2, E]`` edges (for PyG message-passing layers), on full-graph
+    adjacencies only."""
 
     A: Tensor
     AT: Tensor
+    edge_index: Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -37,7 +40,8 @@ class Adjacency:
 
     def to(self, device: torch.device | str) -> Adjacency:
         """Both matrices on ``device``."""
-        return Adjacency(self.A.to(device), self.AT.to(device))
+        edges = None if self.edge_index is None else self.edge_index.to(device)
+        return Adjacency(self.A.to(device), self.AT.to(device), edges)
 
     def rows(self, lo: int, hi: int) -> Adjacency:
         """Rows ``lo:hi`` of ``Â`` and of ``Âᵀ`` (cheap views of the CSR arrays)."""
@@ -78,7 +82,8 @@ def normalized_adjacency(edge_index: Tensor, num_nodes: int, norm: str) -> Adjac
     else:
         raise ValueError(f"norm: expected 'sym' or 'mean', got {norm!r}")
     shape = (num_nodes, num_nodes)
-    return Adjacency(coo_to_csr(dst, src, val, shape), coo_to_csr(src, dst, val, shape)).to(device)
+    return Adjacency(coo_to_csr(dst, src, val, shape), coo_to_csr(src, dst, val, shape),
+                     edge_index.cpu()).to(device)
 
 
 class SpMM(torch.autograd.Function):

@@ -1,0 +1,359 @@
+"""PyG models in, as they are: ``gp.models.from_pyg(model)`` turns a ``torch_geometric.nn.models``
+BasicGNN (``GCN``, ``GraphSAGE``, ``GIN``, ``GAT``, ...) or a ``torch_geometric.nn.Sequential`` into
+a :class:`~gnnpipe.models.LayerStack` whose blocks *share* the model's parameters, so training the
+stack trains the user's object.
+
+Each message-passing layer becomes (the head of) a block and runs through
+``ctx.message_passing`` (:mod:`gnnpipe.engine.message_passing`); pointwise parts (activations,
+row-wise norms, linear heads, residual sums in a Sequential) run as they are, and ``nn.Dropout``
+becomes ``ctx.dropout`` with the same ``p`` so its masks are keyed by (seed, epoch, chunk, layer).
+Parts whose output depends on other rows than their own (batch statistics, jumping knowledge over
+every layer) cannot be chunked and are refused, naming the part.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from gnnpipe.engine.message_passing import check_module
+from gnnpipe.models import Block, LayerStack
+
+#: A model part, (kind, op, reads, writes): kind ``conv`` (op: a MessagePassing), ``module``
+#: (op: any callable) or ``dropout`` (op: p), reading and writing named values.
+Part = tuple[str, Any, list[str], list[str]]
+#: How a block stores a part: op becomes an index into its ``mods`` or ``fns`` (kind ``fn``).
+Step = tuple[str, Any, list[str], list[str]]
+_KEY_STRIDE = 1 << 20  # keys of a block's second, third... conv or dropout: key + j * stride
+
+
+class PyGBlock(Block):
+    """A run of a PyG model's parts: message-passing layers via ``ctx.message_passing``, dropout
+    via ``ctx.dropout``, anything else called as is, on named values (a Sequential's dataflow).
+
+    Attributes:
+        halo_width: values per halo row that graph parallelism exchanges at this block in an
+            epoch: each message-passing call's input width, again for its gradient unless the
+            input needs none (a first layer reading the features).
+    """
+
+    calls_message_passing = True
+
+    def __init__(self, parts: list[Part], source: str,
+                 result: str, kind: str) -> None:
+        super().__init__()
+        self.kind, self.source, self.result = kind, source, result
+        self.mods, self.fns = nn.ModuleList(), []
+        self.steps: list[Step] = []
+        for what, op, reads, writes in parts:
+            if what == "dropout":
+                self.steps.append(("dropout", float(op), reads, writes))
+            elif isinstance(op, nn.Module):
+                self.steps.append((what, len(self.mods), reads, writes))
+                self.mods.append(op)
+            else:
+                self.steps.append(("fn", len(self.fns), reads, writes))
+                self.fns.append(op)
+        self.aggregates = any(s[0] == "conv" for s in self.steps)
+        self.halo_width = 0
+
+    def forward(self, h: Tensor, h0: Tensor | None, ctx: Any) -> tuple[Tensor, Tensor | None]:
+        values, convs, drops = {self.source: h}, 0, 0
+        for what, ref, reads, writes in self.steps:
+            args = [values[name] for name in reads]
+            if what == "conv":
+                out = ctx.message_passing(self.mods[ref], args[0], self.key + convs * _KEY_STRIDE)
+                convs += 1
+            elif what == "dropout":
+                out = ctx.dropout(args[0], ref, self.key + drops * _KEY_STRIDE)
+                drops += 1
+            else:
+                out = (self.mods[ref] if what == "module" else self.fns[ref])(*args)
+            values.update(zip(writes, out) if len(writes) > 1 else [(writes[0], out)])
+        return values[self.result], h0
+
+
+# --------------------------------------------------------------------------- checks
+def _batch_statistics() -> tuple[type, ...]:
+    from torch_geometric.nn import aggr, norm
+    from torch_geometric.nn.models import JumpingKnowledge
+
+    return (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm,
+            norm.BatchNorm, norm.InstanceNorm, norm.GraphNorm, norm.PairNorm,
+            norm.MeanSubtractionNorm, norm.DiffGroupNorm, norm.GraphSizeNorm,
+            JumpingKnowledge, aggr.Aggregation)
+
+
+def _check_rowwise(module: Any, where: str) -> None:
+    """Every part of ``module`` computes each row from that row alone (and keys no randomness)."""
+    if not isinstance(module, nn.Module):
+        return
+    from torch_geometric.nn import MessagePassing
+    from torch_geometric.nn.norm import LayerNorm
+
+    refused = _batch_statistics()
+    for path, sub in module.named_modules():
+        part = f"{where}.{path}" if path else where
+        if isinstance(sub, MessagePassing) and sub is not module:
+            raise ValueError(f"{part}: a message-passing layer nested in another part; put it "
+                             f"in the model as its own layer (Sequential: 'x, edge_index -> x')")
+        if isinstance(sub, refused) or (isinstance(sub, LayerNorm) and sub.mode == "graph"):
+            raise ValueError(f"{part}: {type(sub).__name__} mixes rows (batch statistics over all "
+                             f"nodes, or every layer's output), which differ per chunk and "
+                             f"partition; use a row-wise norm (torch.nn.LayerNorm, or "
+                             f"norm='layer_norm' with norm_kwargs={{'mode': 'node'}}) or none")
+        if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0.0:
+            raise ValueError(f"{part}: {type(sub).__name__}(p={sub.p}) inside a part draws masks "
+                             f"from torch's global generator, which chunked and distributed modes "
+                             f"cannot reproduce; make it a torch.nn.Dropout step of its own")
+
+
+def _check_conv(conv: Any, where: str) -> None:
+    """A one-hop conv whose inner parts (an MLP, norms) are row-wise; its aggregation may mix."""
+    from torch_geometric.nn.aggr import Aggregation
+
+    check_module(conv, where)
+    for path, sub in conv.named_children():
+        if not isinstance(sub, Aggregation):
+            _check_rowwise(sub, f"{where}.{path}")
+
+
+# --------------------------------------------------------------------------- BasicGNN
+def _basic_gnn_blocks(model: Any) -> list[PyGBlock]:
+    if model.jk_mode not in (None, "last"):
+        raise ValueError(f"model.jk: jumping knowledge {model.jk_mode!r} combines the outputs of "
+                         f"every layer at the end, which no chunk or stage split can run layer by "
+                         f"layer; use jk=None or jk='last'")
+    from torch_geometric.nn.models import GAT
+
+    if isinstance(model, GAT) and model.dropout.p > 0.0:
+        raise ValueError(f"model.dropout: GAT passes dropout={model.dropout.p} into every GATConv "
+                         f"as attention dropout, drawn from torch's global generator, which "
+                         f"chunked and distributed modes cannot reproduce; build GAT with "
+                         f"dropout=0.0 (feature dropout: a Sequential with nn.Dropout steps)")
+    blocks = []
+    for i, (conv, norm) in enumerate(zip(model.convs, model.norms)):
+        _check_conv(conv, f"model.convs.{i}")
+        parts: list[Part] = [("conv", conv, ["x"], ["x"])]
+        if i < model.num_layers - 1 or model.jk_mode is not None:
+            acts = [("module", model.act, ["x"], ["x"])] if model.act is not None else []
+            _check_rowwise(norm, f"model.norms.{i}")
+            parts += acts if model.act_first else []
+            parts += [] if isinstance(norm, nn.Identity) else [("module", norm, ["x"], ["x"])]
+            parts += [] if model.act_first else acts
+            parts.append(("dropout", model.dropout.p, ["x"], ["x"]))
+        blocks.append(PyGBlock(parts, "x", "x", "gnn"))
+    if hasattr(model, "lin"):
+        blocks.append(PyGBlock([("module", model.lin, ["x"], ["x"])], "x", "x", "output"))
+    return blocks
+
+
+# --------------------------------------------------------------------------- Sequential
+def _sequential_parts(model: Any) -> tuple[list[Part], str]:
+    from torch_geometric.nn import MessagePassing
+
+    names = list(model.signature.param_dict)
+    if len(names) != 2:
+        raise ValueError(f"model: a Sequential for gnnpipe takes (x, edge_index), got inputs "
+                         f"{', '.join(names)}")
+    edges = names[1]
+    parts = []
+    for i, child in enumerate(model._children):
+        module, where = getattr(model, child.name), f"model[{i}] ({child.name})"
+        reads, writes = list(child.param_names), list(child.return_names)
+        if edges in reads:
+            if not isinstance(module, MessagePassing) or len(reads) != 2 or reads[1] != edges \
+                    or len(writes) != 1:
+                raise ValueError(f"{where}: only message-passing layers may read {edges!r}, "
+                                 f"called as 'h, {edges} -> out'; got "
+                                 f"'{', '.join(reads)} -> {', '.join(writes)}'")
+            _check_conv(module, where)
+            parts.append(("conv", module, reads[:1], writes))
+        elif type(module) is nn.Dropout:
+            parts.append(("dropout", module.p, reads, writes))
+        else:
+            _check_rowwise(module, where)
+            parts.append(("module", module, reads, writes))
+    if len(parts[-1][3]) != 1:
+        raise ValueError(f"model[{len(parts) - 1}]: the last part must return one tensor")
+    return parts, edges
+
+
+def _segments(parts: list[Part], edges: str) -> list[tuple[int, int, str]]:
+    """Split ``parts`` where exactly one value is live (a stage boundary carries one tensor):
+    ``(start, stop, input value)`` per segment."""
+    live: list[set[str]] = [set()] * (len(parts) + 1)
+    live[-1] = set(parts[-1][3])
+    for k in range(len(parts) - 1, -1, -1):
+        _, _, reads, writes = parts[k]
+        live[k] = (live[k + 1] - set(writes)) | (set(reads) - {edges})
+    cuts = [0] + [k for k in range(1, len(parts)) if len(live[k]) == 1] + [len(parts)]
+    return [(a, b, next(iter(live[a]))) for a, b in itertools.pairwise(cuts)]
+
+
+def _sequential_blocks(model: Any) -> list[PyGBlock]:
+    parts, edges = _sequential_parts(model)
+    if not any(p[0] == "conv" for p in parts):
+        raise ValueError("model: the Sequential has no message-passing layer")
+    segs = _segments(parts, edges)
+
+    def has_conv(seg: tuple[int, int, str]) -> bool:
+        return any(p[0] == "conv" for p in parts[seg[0]:seg[1]])
+
+    def has_params(seg: tuple[int, int, str]) -> bool:
+        return any(isinstance(p[1], nn.Module) and any(True for _ in p[1].parameters())
+                   for p in parts[seg[0]:seg[1]])
+
+    last_conv = max(i for i, seg in enumerate(segs) if has_conv(seg))
+    groups: list[tuple[str, list[tuple[int, int, str]]]] = []
+    for i, seg in enumerate(segs):  # a block per conv, leading parts an input block, a head
+        if has_conv(seg):
+            groups.append(("gnn", [seg]))
+        elif not groups:
+            groups.append(("input", [seg]))
+        elif i > last_conv and has_params(seg) and groups[-1][0] != "output":
+            groups.append(("output", [seg]))
+        else:
+            groups[-1][1].append(seg)
+    if groups[0][0] == "input" and not any(has_params(seg) for seg in groups[0][1]):
+        groups[:2] = [("gnn", groups[0][1] + groups[1][1])]  # leading dropout: no block of its own
+    result = parts[-1][3][0]
+    blocks = []
+    for g, (kind, seg) in enumerate(groups):
+        stop = groups[g + 1][1][0][2] if g + 1 < len(groups) else result
+        blocks.append(PyGBlock([parts[k] for a, b, _ in seg for k in range(a, b)],
+                               seg[0][2], stop, kind))
+    return blocks
+
+
+# --------------------------------------------------------------------------- entry points
+def _declared_in_dim(model: Any) -> Any:
+    """The input width the model states: a BasicGNN's ``in_channels``, else the ``in_channels`` /
+    ``in_features`` of a Sequential's first part with weights (dropout and activations before it
+    keep the width)."""
+    if hasattr(model, "convs"):
+        return model.in_channels
+    for part in (model[i] for i in range(len(model))):
+        width = getattr(part, "in_channels", getattr(part, "in_features", None))
+        if width is not None or (isinstance(part, nn.Module) and any(True for _ in part.parameters())):
+            return width  # the first part with weights sets the width, stated or not
+    return None
+
+
+def _in_dim(model: Any, in_dim: int | None) -> int:
+    in_dim = _declared_in_dim(model) if in_dim is None else in_dim
+    if isinstance(in_dim, bool) or not isinstance(in_dim, int) or in_dim < 1:
+        raise ValueError(f"in_dim: the model's first part does not say its input width; pass "
+                         f"gp.models.from_pyg(model, in_dim=<feature width>), got {in_dim!r}")
+    return in_dim
+
+
+class _Widths:
+    """A full-graph context that counts what graph parallelism exchanges per halo row."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx, self.training, self.width = ctx, False, 0
+
+    def message_passing(self, module: nn.Module, h: Tensor, key: int) -> Tensor:
+        self.width += h.size(1) * (2 if h.requires_grad else 1)
+        return self.ctx.message_passing(module, h, key)
+
+    def dropout(self, h: Tensor, p: float, key: int) -> Tensor:
+        return h
+
+
+def _set_widths(blocks: list[PyGBlock], in_dim: int) -> None:
+    """Run the blocks once on a 4-node ring (eval mode) to learn their widths."""
+    from gnnpipe.engine.graph import normalized_adjacency
+    from gnnpipe.engine.single import FullGraphContext
+
+    param = next((p for b in blocks for p in b.parameters()), None)
+    device = param.device if param is not None else torch.device("cpu")
+    ring = torch.tensor([[0, 1, 2, 3, 1, 2, 3, 0], [1, 2, 3, 0, 0, 1, 2, 3]], device=device)
+    ctx = _Widths(FullGraphContext(normalized_adjacency(ring, 4, "mean")))
+    h = torch.randn(4, in_dim, generator=torch.Generator().manual_seed(0)).to(device)
+    modes = [b.training for b in blocks]
+    with torch.enable_grad():
+        for block in blocks:
+            ctx.width = 0
+            block.in_dim = h.size(1)
+            h, _ = block.eval()(h, None, ctx)
+            block.out_dim, block.halo_width = h.size(1), ctx.width
+    for block, mode in zip(blocks, modes):
+        block.train(mode)
+
+
+def from_pyg(model: nn.Module, in_dim: int | None = None) -> LayerStack:
+    """A :class:`~gnnpipe.models.LayerStack` over ``model``'s own parameters.
+
+    Args:
+        model: a ``torch_geometric.nn.models`` BasicGNN (``GCN``, ``GraphSAGE``, ``GIN``, ``GAT``,
+            ...; ``jk`` ``None`` or ``"last"``) or a ``torch_geometric.nn.Sequential`` over
+            ``(x, edge_index)`` whose message-passing layers are called as ``h, edge_index -> out``.
+        in_dim: the feature width, where the model does not say it (lazy ``-1`` channels).
+
+    Raises:
+        TypeError: ``model`` is neither.
+        ValueError: naming a part that cannot be chunked, and what to use instead.
+    """
+    from torch_geometric.nn import Sequential
+    from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+    if isinstance(model, BasicGNN):
+        blocks = _basic_gnn_blocks(model)
+    elif isinstance(model, Sequential):
+        blocks = _sequential_blocks(model)
+    else:
+        raise TypeError(f"model: expected a torch_geometric BasicGNN (GCN, GraphSAGE, GIN, GAT, "
+                        f"...) or torch_geometric.nn.Sequential, got {type(model).__name__}")
+    _set_widths(blocks, _in_dim(model, in_dim))
+    return LayerStack(blocks, norm="mean", name=type(model).__name__.lower())
+
+
+def as_stack(model: Any, data: Any = None) -> Any:
+    """``model`` itself unless it is a PyG BasicGNN or Sequential, which :func:`from_pyg`
+    converts (``data``'s feature width where the model does not say its own)."""
+    from torch_geometric.nn import Sequential
+    from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+    if not isinstance(model, (BasicGNN, Sequential)):
+        return model
+    declared = _declared_in_dim(model)
+    fits = isinstance(declared, int) and declared > 0
+    return from_pyg(model, None if fits else getattr(data, "num_features", None))
+
+
+def ship_generated_code(model: nn.Module) -> None:
+    """Let workers rebuild message-passing classes that travel by value (defined in ``__main__``,
+    a notebook or a test): PyG replaces such a class's ``propagate`` with code it generated into a
+    module workers cannot import, so that module travels by value too."""
+    import sys
+
+    import cloudpickle
+    from torch_geometric.nn import MessagePassing
+
+    for module in model.modules():
+        if not isinstance(module, MessagePassing):
+            continue
+        cls = type(module)
+        prefix = f"{cls.__module__}_{cls.__name__}_"
+        for attr in ("propagate", "collect", "edge_updater", "edge_collect"):
+            name = getattr(cls.__dict__.get(attr), "__module__", None) or ""
+            if name.startswith(prefix) and name in sys.modules:
+                cloudpickle.register_pickle_by_value(sys.modules[name])
+
+
+def for_training(model: Any, mode: str, data: Any = None) -> Any:
+    """:func:`as_stack`, refusing modes that cannot run message-passing blocks (before any
+    worker starts)."""
+    model = as_stack(model, data)
+    if isinstance(model, LayerStack):
+        ship_generated_code(model)
+    if mode == "hybrid" and isinstance(model, LayerStack) and any(
+            getattr(b, "calls_message_passing", False) for b in model.blocks):
+        raise ValueError("mode: 'hybrid' does not run message-passing (PyG) layers yet; use "
+                         "'pipeline', 'local' or 'graph'")
+    return model
