@@ -220,6 +220,11 @@ class StageExecutor:
         self.buffers: dict[int, LayerBuffers] = {}
         self.saved: dict[int, _Saved] = {}
         self.epoch = 0
+        # A pipeline stage that idles between its last forward and its first backward (every
+        # stage but the last) does the buffers' upkeep there (:meth:`between_phases`) instead of
+        # at the epoch's start, where the first stage has no time to spare.
+        self.upkeep_between_phases = False
+        self._h_ready_for = -1  # the epoch whose starting Hbuf is already in place
 
     @property
     def num_chunks(self) -> int:
@@ -237,19 +242,51 @@ class StageExecutor:
         return buf
 
     def begin_epoch(self, epoch: int) -> None:
+        """Reset ``Hbuf`` from the snapshot and zero ``dZbuf`` (technique switches permitting),
+        unless :meth:`between_phases` does or did it."""
         self.epoch = epoch
         self.saved.clear()
+        if self._h_ready_for != epoch:
+            self._reset_h()
+        if not self.upkeep_between_phases:
+            self._zero_dz()
+
+    def between_phases(self) -> None:
+        """After the epoch's last forward, before its first backward (which reads ``dZbuf``
+        only): zero ``dZbuf``, take the snapshot due at this epoch's end and reset ``Hbuf`` for
+        the next epoch; the same values as at the epoch's ends. A no-op unless
+        ``upkeep_between_phases``."""
+        if not self.upkeep_between_phases:
+            return
+        self._zero_dz()
+        if self.techniques.snapshot:
+            if self._snapshot_due():
+                self._take_snapshot()  # Hbuf equals the snapshot: nothing to reset
+            else:
+                self._reset_h()
+            self._h_ready_for = self.epoch + 1
+
+    def end_epoch(self) -> None:
+        if self._snapshot_due() and self._h_ready_for != self.epoch + 1:
+            self._take_snapshot()
+
+    def _snapshot_due(self) -> bool:
+        t = self.techniques
+        return t.snapshot and self.epoch % t.snapshot_period == 0
+
+    def _take_snapshot(self) -> None:
+        for buf in self.buffers.values():
+            buf.snap.copy_(buf.H)  # type: ignore[union-attr]
+
+    def _reset_h(self) -> None:
         for buf in self.buffers.values():
             if buf.snap is not None:
                 buf.H.copy_(buf.snap)
-            if self.techniques.unbiased_grad:
-                buf.dZ.zero_()
 
-    def end_epoch(self) -> None:
-        t = self.techniques
-        if t.snapshot and self.epoch % t.snapshot_period == 0:
+    def _zero_dz(self) -> None:
+        if self.techniques.unbiased_grad:
             for buf in self.buffers.values():
-                buf.snap.copy_(buf.H)  # type: ignore[union-attr]
+                buf.dZ.zero_()
 
     def _run(self, chunk: int, inputs: list[Tensor], cache: dict[int, Tensor] | None,
              replay: bool, target: tuple[Tensor, Tensor, int] | None) -> list[Tensor]:

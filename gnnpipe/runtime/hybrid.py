@@ -75,6 +75,7 @@ class HybridStage(PipelineStage):
 
         mine = [step[self.comm.way] for step in steps]
         loss = self.forward_chunks(mine, at_step)
+        self.executor.between_phases()
         self.backward_chunks(mine, at_step)
         for p in self.params:
             if p.grad is None:

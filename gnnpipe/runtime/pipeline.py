@@ -41,6 +41,7 @@ class PipelineStage:
         self.adj: Adjacency = normalized_adjacency(data.edge_index, data.num_nodes, model.norm)
         self.executor = StageExecutor(model, self.start, self.stop, self.adj, spec.bounds,
                                       spec.techniques, spec.seed, spec.recompute)
+        self.executor.upkeep_between_phases = not self.is_last  # it idles there, waiting
         self.optimizer = torch.optim.Adam(
             model.param_groups(spec.weight_decay, spec.gnn_weight_decay, self.start, self.stop),
             lr=spec.lr)
@@ -140,6 +141,7 @@ class PipelineStage:
     def run_chunks(self, epoch: int) -> float | None:
         order = self.order(epoch)
         loss = self.forward_chunks(order)
+        self.executor.between_phases()  # while the later stages finish this epoch's chunks
         self.backward_chunks(order)
         return loss if self.is_last else None
 

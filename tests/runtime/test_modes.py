@@ -43,6 +43,17 @@ def test_pipeline_equals_local_with_dropout(cluster, small_graph, gcnii):
     assert _training_bytes(pipe) == EPOCHS * predicted
 
 
+def test_pipeline_upkeep_between_phases_equals_local(cluster, small_graph, gcnii):
+    """Stages other than the last reset Hbuf, take snapshots and zero dZbuf between their
+    forward and backward phases; with a snapshot every 2nd epoch both branches run."""
+    kwargs = {"stages": 3, "chunks": 6, "epochs": 6, "techniques": {"snapshot_period": 2},
+              "progress": False}
+    local = gp.train(copy.deepcopy(gcnii), small_graph, "local", **kwargs)
+    pipe = gp.train(copy.deepcopy(gcnii), small_graph, "pipeline", cluster=cluster, **kwargs)
+    assert _rel(pipe.history["loss"], local.history["loss"]) < 1e-5
+    assert pipe.history["val_acc"].tolist() == local.history["val_acc"].tolist()
+
+
 def test_pipeline_with_one_block_end_stages_equals_local(cluster, small_graph, gcnii):
     """Stages holding only the input projection or only the classifier (splits a plan may
     choose): ``h0`` crosses the first boundary, not the last one."""
