@@ -32,8 +32,16 @@ from typing import Any
 
 import pandas as pd
 import torch
-from _common import (add_output_args, environment, finish, output_dir, payload, run_child,
-                     serve_child, write_results)
+from _common import (
+    add_output_args,
+    environment,
+    finish,
+    output_dir,
+    payload,
+    run_child,
+    serve_child,
+    write_results,
+)
 
 import gnnpipe as gp
 from gnnpipe.efficiency import CLASSES, Layout
@@ -170,8 +178,9 @@ def markdown(results: list[dict[str, Any]], frame: pd.DataFrame, env: dict[str, 
                          "threads": r["threads"], "epoch_s": r["median_epoch_s"],
                          "peak_rss_mb": max(r["peak_rss_mb"].values())}
                         for r in results if r["mode"] in ("single", "local")])
-    lines = [f"# Parallel efficiency ({args.nodes:,} nodes, {args.layers} layers, hidden {HIDDEN}, "
-             f"{CHUNKS} chunks)", "", head, "", "## One process", "",
+    title = (f"# Parallel efficiency ({args.nodes:,} nodes, {args.layers} layers, hidden "
+             f"{HIDDEN}, {CHUNKS} chunks)")
+    lines = [title, "", head, "", "## One process", "",
              one.to_markdown(index=False, floatfmt=".3f"), "", "## Distributed (1 thread per rank)",
              "", frame.drop(columns=["local_x_single"]).to_markdown(index=False, floatfmt=".3f"),
              "", NOTE, ""]

@@ -91,13 +91,14 @@ def main() -> None:
         return
     text = "\n".join([
         "# gp.plan: predicted vs measured epoch (2-stage pipeline)", "",
-        f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs; load "
-        f"{env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at end) · median of "
-        f"{args.epochs} epochs after 1 warm-up, training only · wall {env['wall_s'] / 60:.1f} min",
+        (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs; load "
+         f"{env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at end) · median "
+         f"of {args.epochs} epochs after 1 warm-up, training only · wall "
+         f"{env['wall_s'] / 60:.1f} min"),
         "", frame.to_markdown(index=False, floatfmt=".3f"), "",
-        "`default`: no `cluster=` (profiled on 2 workers started like gp.train's ranks); "
-        "`cluster`: profiled on the training cluster; `process`: profiled in the calling "
-        "process (the old default), for reference. Target: |error| ≤ 20%.", ""])
+        ("`default`: no `cluster=` (profiled on 2 workers started like gp.train's ranks); "
+         "`cluster`: profiled on the training cluster; `process`: profiled in the calling "
+         "process (the old default), for reference. Target: |error| ≤ 20%."), ""])
     write_results(out, "plan_accuracy", {"environment": env, "rows": rows}, text)
 
 

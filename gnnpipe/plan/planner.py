@@ -16,7 +16,7 @@ from torch_geometric.data import Data
 from gnnpipe import validate as check
 from gnnpipe.events import Timeline
 from gnnpipe.models import LayerStack
-from gnnpipe.plan.profile import BlockCost, Profile, check_inputs, profile_model, profile_on_workers
+from gnnpipe.plan.profile import BlockCost, Profile, check_inputs, profile_on_workers
 from gnnpipe.plan.stages import Fits, split_stages
 from gnnpipe.plan.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
 from gnnpipe.schedule import gnnpipe as gnnpipe_schedule
