@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,20 +17,36 @@ import pandas as pd
 import panel as pn
 import param
 
-from dashboard.stream import Source, as_source
+from dashboard.stream import Snapshot, Source, as_source
 from dashboard.views import comm as comm_views
 from dashboard.views import metrics as metric_views
 from dashboard.views import partitions as partition_views
+from dashboard.views import ranks as rank_views
 from dashboard.views.schedule import ScheduleExplorer
 from dashboard.views.timeline import select_epoch, timeline_epochs, timeline_plot
+from dashboard.views.whatif import whatif_panel
 from gnnpipe.events import Timeline
 from gnnpipe.run import HISTORY_COLUMNS
 
 logger = logging.getLogger(__name__)
-hv.extension("bokeh", logo=False)
-pn.extension(notifications=False)
+# In Jupyter, BokehJS and Panel's JS go into the notebook itself, so an executed notebook shows
+# its dashboards offline too (a served page loads them from the server either way).
+_IN_NOTEBOOK = "ipykernel" in sys.modules
+hv.extension("bokeh", logo=False, inline=_IN_NOTEBOOK)
+pn.extension(notifications=False, inline=_IN_NOTEBOOK)
 
 CURVE_NAME = "gnnpipe-training-curve"  # bokeh renderer name: browser tests count its points
+#: Epochs of ops a live session keeps (the timeline's epoch slider spans these); older ones go.
+WINDOW_EPOCHS = 20
+#: Seconds between redraws of the views replaced whole (bytes matrix and by kind, rank shares),
+#: so a fast run does not keep a busy server re-rendering them every tick.
+SLOW_VIEWS_PERIOD_S = 2.0
+#: Exceptions tornado and bokeh log when a browser tab closes mid-update; the served app drops
+#: just these (the training script's output stays clean).
+_CLOSED_TAB_ERRORS = ("WebSocketClosedError", "StreamClosedError", "CancelledError")
+_CLOSED_TAB_LOGGERS = ("tornado.application", "tornado.general", "bokeh.server.protocol_handler",
+                       "bokeh.server.views.ws", "bokeh.server.session", "bokeh.document.document",
+                       "bokeh.util.callback_manager", "bokeh.util.tornado", "asyncio")
 
 
 def _name_curves(plot: Any, element: Any) -> None:
@@ -71,7 +89,9 @@ class _Session:
         self.source = source
         self.record_cursor = self.op_cursor = 0
         self.records: list[dict[str, Any]] = []
-        self.ops: list[dict[str, Any]] = []
+        self.ops: dict[int, list[dict[str, Any]]] = {}  # epoch -> ops, last WINDOW_EPOCHS only
+        self.counters: dict[int, list[dict[str, Any]]] = {}  # rank -> its byte counters so far
+        self._timeline: Timeline | None = None
         self.final = source.final()
 
     def poll(self) -> bool:
@@ -81,11 +101,24 @@ class _Session:
         records, ops, self.record_cursor, self.op_cursor = self.source.feed.since(
             self.record_cursor, self.op_cursor)
         self.records += records
-        self.ops += ops
+        self._take(records, ops)
         if self.source.done:
             self.final = self.source.final()
             return True
         return bool(records or ops)
+
+    def _take(self, records: list[dict[str, Any]], ops: list[dict[str, Any]]) -> None:
+        """Keep the ops of the latest :data:`WINDOW_EPOCHS` epochs and each rank's latest
+        byte counters (records carry them as ``comm``)."""
+        for record in records:
+            if "comm" in record and "rank" in record:
+                self.counters[int(record["rank"])] = record["comm"]
+        for op in ops:
+            self.ops.setdefault(int(op["epoch"]), []).append(op)
+        for epoch in sorted(self.ops)[:-WINDOW_EPOCHS]:
+            del self.ops[epoch]
+        if ops:
+            self._timeline = None
 
     def history(self) -> pd.DataFrame:
         if self.final is not None:
@@ -100,14 +133,65 @@ class _Session:
         return history_from(self.records)
 
     def timeline(self) -> Timeline:
-        return self.final.timeline if self.final is not None else Timeline.from_events(self.ops)
+        if self.final is not None:
+            return self.final.timeline
+        if self._timeline is None:
+            self._timeline = Timeline.from_events(op for ops in self.ops.values() for op in ops)
+        return self._timeline
 
     def comm(self) -> pd.DataFrame:
+        """Bytes per (src, dst, kind) as ``Run.comm`` counts them: the final table, else the
+        ranks' latest live counters, else (a feed without counters) the timeline's sends."""
         if self.final is not None and len(self.final.comm):
             return self.final.comm
+        if self.counters:
+            return pd.DataFrame([row for rows in self.counters.values() for row in rows],
+                                columns=["src", "dst", "kind", "bytes"])
         sends = self.timeline().df.query("kind == 'send'")
         return pd.DataFrame({"src": sends["rank"], "dst": sends["peer"], "kind": "send",
                              "bytes": sends["bytes"]})
+
+
+class _RanksCard:
+    """Per-rank shares of the epoch and parallel efficiency (:mod:`dashboard.views.ranks`)."""
+
+    def __init__(self, config: dict[str, Any], timeline: Timeline) -> None:
+        self.config = config
+        self.shares = pn.pane.HoloViews(linked_axes=False, sizing_mode="stretch_width")
+        self.efficiency = pn.pane.HoloViews(linked_axes=False, sizing_mode="stretch_width")
+        self.table = pn.pane.Markdown(width=360)
+        self.layout = pn.Row(self.shares, self.efficiency, self.table, sizing_mode="stretch_width")
+        self.epochs: tuple[int, ...] = ()
+        self.update(timeline)
+
+    def update(self, timeline: Timeline) -> None:
+        """Redraw when the timeline holds other epochs than last time."""
+        epochs = tuple(timeline_epochs(timeline))
+        if epochs == self.epochs and self.table.object:
+            return
+        self.epochs = epochs
+        shares, per_epoch = rank_views.rank_figures(timeline, self.config)
+        self.shares.object = rank_views.shares_plot(shares)
+        self.efficiency.object = rank_views.efficiency_plot(per_epoch)
+        self.table.object = rank_views.shares_table(shares, per_epoch)
+
+
+class _ClosedTabFilter(logging.Filter):
+    """Drops the records of :data:`_CLOSED_TAB_ERRORS`: a browser tab closed mid-update."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and type(exc).__name__ in _CLOSED_TAB_ERRORS:
+            return False
+        return not any(name in record.getMessage() for name in _CLOSED_TAB_ERRORS)
+
+
+def quiet_closed_tabs() -> None:
+    """Silence, in this process, what tornado and bokeh log when a browser tab closes (once)."""
+    for name in _CLOSED_TAB_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _ClosedTabFilter) for f in log.filters):
+            log.addFilter(_ClosedTabFilter())
 
 
 class Dashboard(param.Parameterized):
@@ -131,10 +215,13 @@ class Dashboard(param.Parameterized):
     # ------------------------------------------------------------------ layout
     def panel(self) -> pn.viewable.Viewable:
         """A fresh layout with its own live updates (one per browser session)."""
-        explorer = pn.Card(ScheduleExplorer().panel(), title="Schedule explorer", collapsed=False)
         if self.source is None:
+            explorer = pn.Card(ScheduleExplorer().panel(), title="Schedule explorer")
             return pn.Column(pn.pane.Markdown(f"# {self.title}: schedule explorer"), explorer)
         session = _Session(self.source)
+        run = Snapshot(self.source.config, pd.DataFrame(), session.timeline(), pd.DataFrame(), True)
+        explorer = pn.Card(ScheduleExplorer.for_run(run).panel(), title="Schedule explorer")
+        whatif = pn.Card(whatif_panel(session.timeline()), title="What if", collapsed=True)
         history, timeline = session.history(), session.timeline()
         config = self.source.config
         header = pn.pane.Markdown(self._header(history), name="header")
@@ -142,23 +229,31 @@ class Dashboard(param.Parameterized):
         accuracy = LiveView(self._named(metric_views.accuracy_plot), history, stream=True)
         times = LiveView(metric_views.epoch_time_plot, history, stream=True)
         epochs = timeline_epochs(timeline)
-        selector = pn.widgets.IntSlider(label="epoch (timeline)", start=0,
+        selector = pn.widgets.IntSlider(label="epoch (timeline)", start=min(epochs, default=0),
                                         end=max(max(epochs, default=0), 1),
                                         value=max(epochs, default=0))
         lanes = LiveView(lambda tl: self._timeline(tl, selector.value), timeline)
         selector.param.watch(lambda _: lanes.update(session.timeline()), "value")
         predicted_bytes = config.get("predicted_comm_bytes")
-        matrix = LiveView(comm_views.comm_matrix_plot, session.comm())
-        kinds = LiveView(comm_views.bytes_by_kind_plot, session.comm())
+        matrix = LiveView(comm_views.comm_matrix_plot, session.comm(), sizing_mode="stretch_width")
+        kinds = LiveView(comm_views.bytes_by_kind_plot, session.comm(), sizing_mode="stretch_width")
         per_epoch = LiveView(lambda h: comm_views.bytes_per_epoch_plot(h, predicted_bytes), history,
-                             stream=True)
+                             stream=True, sizing_mode="stretch_width")
+        difference = LiveView(lambda h: comm_views.bytes_difference_plot(h, predicted_bytes),
+                              history, stream=True, sizing_mode="stretch_width")
+        ranks = _RanksCard(config, timeline)
+        grid = {"ncols": 2, "sizing_mode": "stretch_width"}
         cards = [
             pn.Card(pn.Row(losses.pane, accuracy.pane, times.pane), title="Training"),
             pn.Card(pn.Column(selector, lanes.pane), title="Stage timeline"),
-            pn.Card(pn.Row(matrix.pane, kinds.pane, per_epoch.pane), title="Communication"),
+            pn.Card(ranks.layout, title="Ranks"),
+            pn.Card(pn.GridBox(matrix.pane, kinds.pane, per_epoch.pane, difference.pane, **grid),
+                    title="Communication"),
             pn.Card(self._partitions(), title="Partitions"),
-            explorer,
+            explorer, whatif,
         ]
+
+        redrawn = [time.monotonic()]
 
         def refresh() -> None:
             if not session.poll():
@@ -171,14 +266,20 @@ class Dashboard(param.Parameterized):
             if epochs_now:
                 follow = selector.value == selector.end
                 selector.end = max(max(epochs_now), 1)
+                selector.start = min(min(epochs_now), selector.end - 1)
                 if follow or self.epoch < 0:
                     selector.value = max(epochs_now)
                 else:
                     lanes.update(tl)
-            comm = session.comm()
-            matrix.update(comm)
-            kinds.update(comm)
             per_epoch.update(hist)
+            difference.update(hist)
+            now = time.monotonic()
+            if session.final is not None or now - redrawn[0] >= SLOW_VIEWS_PERIOD_S:
+                redrawn[0] = now  # whole-plot redraws: at most once a period, and at the end
+                comm = session.comm()
+                matrix.update(comm)
+                kinds.update(comm)
+                ranks.update(tl)
             if session.final is not None:  # the run ended: this was the last update
                 layout._gnnpipe_callback.stop()
 
@@ -207,20 +308,24 @@ class Dashboard(param.Parameterized):
     def _partitions(self) -> pn.viewable.Viewable:
         part = getattr(self.source, "partitioning", None)
         if part is None:
-            return pn.pane.Markdown("No partitioning recorded for this run (single mode, or a "
-                                    "replayed folder).")
+            why = getattr(self.source, "missing", "") or "a one-process mode"
+            return pn.pane.Markdown(f"No partitioning for this run: {why}.")
         data = getattr(self.source, "data", None)
         plots = [partition_views.partition_sizes_plot(part), partition_views.halo_plot(part),
                  partition_views.edge_matrix_plot(part)]
         if data is not None:
             plots.append(partition_views.node_layout_plot(data, part))
-        sized = [p.opts(width=380, height=320, responsive=False) for p in plots]
-        panes = [pn.pane.HoloViews(p, linked_axes=False) for p in sized]
-        return pn.FlexBox(*panes)
+        panes = [pn.pane.HoloViews(p, linked_axes=False, sizing_mode="stretch_width")
+                 for p in plots]
+        return pn.GridBox(*panes, ncols=2, sizing_mode="stretch_width")
 
     # ------------------------------------------------------------------ entry points
     def __panel__(self) -> pn.viewable.Viewable:
         return self.panel()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        """Jupyter displays a ``Dashboard`` that is a cell's value as its live layout."""
+        return self.panel()._repr_mimebundle_(include, exclude)
 
     def servable(self, title: str | None = None) -> pn.viewable.Viewable:  # type: ignore[override]
         return self.panel().servable(title=title or self.title)
@@ -233,6 +338,7 @@ class Dashboard(param.Parameterized):
                 s.bind((address, 0))
                 port = s.getsockname()[1]
         origins = [f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"]
+        quiet_closed_tabs()
         server = pn.serve({"/": self.panel}, port=port, address=address, show=show,
                           threaded=True, start=True, title=self.title, verbose=False,
                           websocket_origin=origins)
@@ -247,7 +353,6 @@ class Dashboard(param.Parameterized):
 
 # `panel serve dashboard/app.py --args RUN_DIR` (or GNNPIPE_RUN=RUN_DIR): replay; no args: explorer
 if __name__.startswith("bokeh"):
-    import sys
-
     target = os.environ.get("GNNPIPE_RUN") or (sys.argv[1] if len(sys.argv) > 1 else None)
+    quiet_closed_tabs()
     Dashboard(target).servable()

@@ -51,9 +51,20 @@ class Feed:
     def since(self, record_cursor: int, op_cursor: int) -> tuple[list[dict], list[dict], int, int]:
         """Records and ops with sequence numbers from the cursors on, and the new cursors."""
         with self.lock:
-            recs = [r for seq, r in self.records if seq >= record_cursor]
-            ops = [o for seq, o in self.ops if seq >= op_cursor]
-            return recs, ops, self.record_seq, self.op_seq
+            return (_tail(self.records, record_cursor), _tail(self.ops, op_cursor),
+                    self.record_seq, self.op_seq)
+
+
+def _tail(items: deque, cursor: int) -> list:
+    """The entries of ``items`` (``(seq, value)``, seq ascending) from ``cursor`` on: walks from
+    the newest end, so a reader that keeps up pays for what is new, not for the whole buffer."""
+    out = []
+    for seq, value in reversed(items):
+        if seq < cursor:
+            break
+        out.append(value)
+    out.reverse()
+    return out
 
 
 @dataclass
@@ -143,11 +154,47 @@ class ReplaySource(Source):
         comm_file = folder / "comm.csv"
         self.comm = (pd.read_csv(comm_file) if comm_file.exists()
                      else pd.DataFrame(columns=["src", "dst", "kind", "bytes"]))
-        self.partitioning = None
-        self.data = None
+        self._rebuilt: tuple[Any, Any] | None = None
+        self.missing = ""  # why the partitioning is not shown (set by _rebuild)
 
     def final(self) -> Snapshot:
         return Snapshot(self.config, self.history, self.timeline, self.comm, True)
+
+    @property
+    def data(self) -> Any:
+        return self._rebuild()[0]
+
+    @property
+    def partitioning(self) -> Any:
+        return self._rebuild()[1]
+
+    def _rebuild(self) -> tuple[Any, Any]:
+        """The run's graph and chunking (or METIS partitioning), made again from its config as
+        the run made them, when the config names a dataset ``gnnpipe.datasets.load`` knows;
+        else ``(None, None)`` and :attr:`missing` says why."""
+        if self._rebuilt is None:
+            self._rebuilt = (None, None)
+            try:
+                self._rebuilt = rebuild_partitioning(self.config)
+            except (ValueError, KeyError, OSError) as err:
+                self.missing = f"the partitioning could not be rebuilt ({err})"
+        return self._rebuilt
+
+
+def rebuild_partitioning(config: dict[str, Any]) -> tuple[Any, Any]:
+    """``(data, partitioning)`` of a saved run, as training made them: chunked modes
+    ``chunk(data, chunks, seed)``, graph mode ``partition(data, parts, "metis", seed)``;
+    one-process modes ``(data, None)``."""
+    from gnnpipe import datasets
+    from gnnpipe.partition import chunk, partition
+
+    data = datasets.load(str(config["dataset"]))
+    mode, seed = config.get("mode"), int(config.get("seed", 0))
+    if mode == "graph":
+        return data, partition(data, int(config["parts"]), method="metis", seed=seed)
+    if mode in ("local", "pipeline", "hybrid"):
+        return data, chunk(data, int(config["chunks"]), seed=seed)
+    return data, None
 
 
 def _read_timeline(path: Path) -> Timeline:

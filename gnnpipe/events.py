@@ -14,10 +14,12 @@ COLUMNS: tuple[str, ...] = (
     "rank", "stage", "way", "chunk", "epoch", "kind", "start", "end", "bytes", "peer",
 )
 #: Op kinds a Timeline row may carry.
-KINDS: tuple[str, ...] = ("forward", "backward", "send", "recv", "allreduce", "step", "idle")
+#: ``weight`` is the weight-gradient half of a split backward (zero-bubble schedules).
+KINDS: tuple[str, ...] = ("forward", "backward", "weight", "send", "recv", "allreduce", "step",
+                          "idle")
 
 #: Op kinds during which a rank is busy; the rest of its time is the bubble.
-BUSY_KINDS: tuple[str, ...] = ("forward", "backward", "step", "allreduce")
+BUSY_KINDS: tuple[str, ...] = ("forward", "backward", "weight", "step", "allreduce")
 
 _DTYPES = {
     "rank": "int64", "stage": "int64", "way": "int64", "chunk": "int64", "epoch": "int64",
@@ -105,12 +107,18 @@ class Timeline:
                          dtype="float64")
 
     def bubble_fraction(self) -> float:
-        """Idle rank-time over ``ranks × makespan``."""
+        """Idle rank-time over ``ranks × makespan`` (the mean of :meth:`bubble_by_rank`)."""
         span = self.makespan()
         if span <= 0:
             return 0.0
         ranks = self.df["rank"].nunique()
         return float(1.0 - self.busy_time().sum() / (ranks * span))
+
+    def bubble_by_rank(self) -> pd.Series:
+        """Each rank's idle share of the makespan: ``1 − busy_time / makespan``."""
+        span = self.makespan()
+        busy = self.busy_time()
+        return (1.0 - busy / span if span > 0 else busy * 0.0).rename("bubble")
 
     def to_json(self, path: str | Path) -> Path:
         path = Path(path)
@@ -121,21 +129,40 @@ class Timeline:
     def read_json(cls, path: str | Path) -> Timeline:
         return cls.from_events(json.loads(Path(path).read_text()))
 
+    def _inflight_events(self) -> pd.DataFrame:
+        """``(rank, time, delta)``: +1 where a chunk's forward ends on a rank, -1 where its last
+        backward-side op (``backward``, or ``weight`` when split) for that stage ends there."""
+        keys = ["rank", "stage", "way", "chunk", "epoch"]
+        fwd = self.df[self.df["kind"] == "forward"]
+        bwd = self.df[self.df["kind"].isin(["backward", "weight"])]
+        freed = bwd.groupby(keys, as_index=False)["end"].max()
+        return pd.concat([
+            pd.DataFrame({"rank": fwd["rank"], "time": fwd["end"], "delta": 1}),
+            pd.DataFrame({"rank": freed["rank"], "time": freed["end"], "delta": -1}),
+        ], ignore_index=True).sort_values(["rank", "time", "delta"], kind="stable")
+
     def peak_inflight(self) -> pd.Series:
         """Peak activation memory per rank, in chunks (micro-batches).
 
         A chunk is in flight on a rank from the end of its forward there to the end of its
-        backward there; a backward ending at the same instant as a forward frees first.
+        backward there (of its ``weight`` op, when the backward is split); a backward ending
+        at the same instant as a forward frees first. With virtual stages each (stage, chunk)
+        pair counts once.
         """
         ranks = sorted(self.df["rank"].unique())
-        work = self.df[self.df["kind"].isin(["forward", "backward"])]
-        events = pd.DataFrame({
-            "rank": work["rank"], "time": work["end"],
-            "delta": (work["kind"] == "forward").map({True: 1, False: -1}),
-        }).sort_values(["rank", "time", "delta"], kind="stable")
+        events = self._inflight_events()
         peak = events.groupby("rank")["delta"].cumsum().groupby(events["rank"]).max()
         return peak.reindex(ranks, fill_value=0).clip(lower=0).astype("int64").rename(
             "peak_inflight").rename_axis("rank")
+
+    def inflight_at(self, time: float) -> pd.Series:
+        """Chunks in flight per rank at ``time`` (counted as :meth:`peak_inflight` does: ops
+        ending at or before ``time`` have taken effect)."""
+        ranks = sorted(self.df["rank"].unique())
+        events = self._inflight_events()
+        now = events[events["time"] <= time].groupby("rank")["delta"].sum()
+        return now.reindex(ranks, fill_value=0).clip(lower=0).astype("int64").rename(
+            "inflight").rename_axis("rank")
 
     def to_chrome_trace(self, path: str | Path) -> Path:
         """Write the timeline as Trace Event Format JSON (Perfetto, chrome://tracing).

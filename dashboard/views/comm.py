@@ -1,27 +1,24 @@
-"""Communication views: rank-to-rank bytes, bytes per kind, bytes per epoch vs the formula."""
+"""Communication views: rank-to-rank bytes, bytes per counter kind, and bytes per epoch measured
+against the formula (both series, and their difference). Byte axes read B/KiB/MiB/GiB."""
 
 from __future__ import annotations
 
 import holoviews as hv
 import holoviews.plotting.bokeh  # registers the bokeh options used below
+import numpy as np
 import pandas as pd
+
+from dashboard.style import (
+    COMM_KIND_COLORS,
+    OTHER_COLOR,
+    bytes_axis,
+    categorical_ticks,
+    human_bytes,
+)
 
 #: Column label of collective traffic (``dst == -1``: all-reduce, eval and control
 #: reductions) in :func:`comm_matrix_plot`.
 ALL_LABEL = "all"
-#: Bar colour per communication kind; kinds not listed get :data:`OTHER_COLOR`.
-COMM_KIND_COLORS: dict[str, str] = {
-    "activation": "#4c78a8",
-    "gradient": "#f58518",
-    "halo": "#54a24b",
-    "halo_grad": "#88d27a",
-    "boundary": "#72b7b2",
-    "boundary_grad": "#9ecae9",
-    "allreduce": "#b279a2",
-    "eval": "#eeca3b",
-    "control": "#9d755d",
-}
-OTHER_COLOR = "#7f7f7f"
 _COMM_COLUMNS = ["src", "dst", "kind", "bytes"]
 
 
@@ -75,13 +72,17 @@ def comm_matrix_plot(comm: pd.DataFrame) -> hv.HeatMap:
     total = int(df["bytes"].sum())
     return hv.HeatMap(df, kdims=kdims, vdims=["bytes"]).opts(
         cmap="Blues", colorbar=True, tools=["hover"], invert_yaxis=True,
-        title=f"bytes rank → rank (total {_human(total)})", responsive=True, height=320,
+        hooks=[bytes_axis("colorbar")], hover_tooltips=[("src", "@src"), ("dst", "@dst"),
+                                                         ("bytes", "@bytes{0,0}")],
+        title=f"bytes rank → rank (total {human_bytes(total)})", responsive=True, height=320,
         backend="bokeh",
     )
 
 
 def bytes_by_kind_plot(comm: pd.DataFrame) -> hv.Bars:
-    """Bars of bytes per communication kind (summed over ranks), largest first.
+    """Bars of bytes per counter kind (``Run.comm``'s ``kind``: activation, gradient, halo,
+    halo_grad, boundary, boundary_grad, eval, allreduce, control), summed over ranks, largest
+    first, coloured by :data:`dashboard.style.COMM_KIND_COLORS`.
 
     Returns:
         ``hv.Bars`` with kdim ``kind`` and vdims ``bytes``, ``color``.
@@ -89,46 +90,75 @@ def bytes_by_kind_plot(comm: pd.DataFrame) -> hv.Bars:
     df = _clean(comm).groupby("kind", as_index=False)["bytes"].sum()
     df = df.sort_values(["bytes", "kind"], ascending=[False, True], ignore_index=True)
     df["color"] = df["kind"].map(COMM_KIND_COLORS).fillna(OTHER_COLOR).astype(object)
+    total = human_bytes(df["bytes"].sum())
     return hv.Bars(df, kdims=["kind"], vdims=["bytes", "color"]).opts(
-        color="color", tools=["hover"], title="bytes by kind", ylabel="bytes",
-        responsive=True, height=300, backend="bokeh",
+        color="color", tools=["hover"], title=f"bytes by kind (total {total})", ylabel="",
+        xlabel="", xrotation=30, hooks=[bytes_axis("y")], responsive=True, height=320,
+        backend="bokeh", **categorical_ticks(len(df)),
     )
 
 
+def _epoch_bytes(history: pd.DataFrame) -> pd.DataFrame:
+    return history.loc[:, ["epoch", "comm_bytes"]].astype({"epoch": "int64",
+                                                          "comm_bytes": "float64"})
+
+
 def bytes_per_epoch_plot(history: pd.DataFrame, predicted: float | None = None) -> hv.Overlay:
-    """Measured bytes per epoch (``history.comm_bytes``), with the formula's prediction.
+    """Measured bytes per epoch (``history.comm_bytes``) and the formula's, as two series on
+    an axis from 0 (so a steady count is a flat line, not noise magnified).
 
     Args:
         history: ``Run.history`` (columns ``epoch`` and ``comm_bytes`` are used).
         predicted: Bytes per epoch by the formula (``gp.comm_volume``), drawn as a dashed
-            horizontal line; ``None`` for none.
+            series over the same epochs; ``None`` for none.
 
     Returns:
-        An ``hv.Overlay`` of an ``hv.Curve`` (kdim ``epoch``, vdim ``comm_bytes``) and, when
-        ``predicted`` is given, an ``hv.HLine``; the title gives the measured median and its
-        ratio to the prediction.
+        An ``hv.Overlay`` of ``hv.Curve`` ``measured`` (kdim ``epoch``, vdim ``comm_bytes``)
+        and, with ``predicted``, ``hv.Curve`` ``formula``; the title gives the medians.
     """
-    df = history.loc[:, ["epoch", "comm_bytes"]].astype({"epoch": "int64", "comm_bytes": "float64"})
-    curve = hv.Curve(df, kdims=["epoch"], vdims=[hv.Dimension("comm_bytes", label="bytes")],
-                     label="measured").opts(color="#4c78a8", tools=["hover"], backend="bokeh")
-    items: list[hv.Element] = [curve]
-    title = "bytes per epoch"
+    df = _epoch_bytes(history)
+    measured = hv.Curve(df, kdims=["epoch"], vdims=[hv.Dimension("comm_bytes", label="bytes")],
+                        label="measured").opts(color="#4c78a8", line_width=2, tools=["hover"],
+                                               backend="bokeh")
+    items: list[hv.Element] = [measured]
+    top = float(df["comm_bytes"].max()) if len(df) else 0.0
+    title = "bytes/epoch"
     if len(df):
-        title += f": median {_human(df['comm_bytes'].median())}"
+        title += f": {human_bytes(df['comm_bytes'].median())}"
     if predicted is not None:
-        items.append(hv.HLine(float(predicted), label="formula").opts(
-            color="#e45756", line_dash="dashed", backend="bokeh"))
-        title += f", formula {_human(predicted)}"
-        if len(df) and predicted > 0:
-            title += f" (× {df['comm_bytes'].median() / predicted:.3f})"
-    return hv.Overlay(items).opts(title=title, responsive=True, height=300, backend="bokeh")
+        formula = df.assign(comm_bytes=float(predicted))
+        items.append(hv.Curve(formula, kdims=["epoch"],
+                              vdims=[hv.Dimension("comm_bytes", label="bytes")],
+                              label="formula").opts(color="#e45756", line_dash="dashed",
+                                                    line_width=2, backend="bokeh"))
+        title += f" (formula {human_bytes(predicted)})"
+        top = max(top, float(predicted))
+    return hv.Overlay(items).opts(
+        title=title, ylim=(0, top * 1.15 or 1.0), legend_position="bottom_right",
+        hooks=[bytes_axis("y")], responsive=True, height=320, backend="bokeh")
 
 
-def _human(nbytes: float) -> str:
-    """``1536`` → ``"1.5 KiB"``."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"  # unreachable; keeps type checkers content
+def bytes_difference_plot(history: pd.DataFrame, predicted: float | None = None) -> hv.Curve:
+    """Measured minus formula bytes per epoch, on an axis symmetric about 0 spanning at least
+    ±1% of the formula (an exact match is a flat line at 0, not a magnified rounding error).
+
+    Returns:
+        ``hv.Curve`` with kdim ``epoch`` and vdim ``difference`` (bytes); empty without a
+        formula. The title gives the median difference and its share of the formula.
+    """
+    df = _epoch_bytes(history)
+    if predicted is None:
+        df = df.iloc[:0]
+    diff = pd.DataFrame({"epoch": df["epoch"], "difference": df["comm_bytes"] - (predicted or 0)})
+    reach = max(float(np.abs(diff["difference"]).max()) if len(diff) else 0.0,
+                0.01 * float(predicted or 0), 1.0) * 1.2
+    title = "measured − formula"
+    if len(diff) and predicted:
+        median = float(diff["difference"].median())
+        title += f": {human_bytes(median)} ({median / predicted:+.2%})"
+    elif predicted is None:
+        title += ": no formula"
+    return hv.Curve(diff, kdims=["epoch"], vdims=[hv.Dimension("difference", label="bytes")],
+                    label="difference").opts(
+        color="#b279a2", line_width=2, tools=["hover"], title=title, ylim=(-reach, reach),
+        hooks=[bytes_axis("y")], responsive=True, height=320, backend="bokeh")

@@ -1,4 +1,5 @@
-"""Partition views: part/chunk sizes, the part-to-part edge heatmap, halo rows, node layout."""
+"""Partition views: part/chunk sizes, the part-to-part edge heatmap, halo rows, and a node
+layout (the chunk graph above a size limit). Part and chunk ids are categorical axes."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from dashboard.style import categorical_ticks
 from gnnpipe.partition import Partitioning
 
 #: Colours of parts 0, 1, ... (Tableau 20); parts beyond 20 reuse them cyclically.
@@ -23,6 +25,8 @@ MEASURE_COLORS: dict[str, str] = {"nodes": "#4c78a8", "edges": "#f58518"}
 #: Layout steps of :func:`node_positions` and the weight kept on the starting positions.
 LAYOUT_ITERATIONS = 30
 LAYOUT_ANCHOR = 0.3
+#: Above this many nodes :func:`node_layout_plot` draws the part graph instead of the nodes.
+MAX_LAYOUT_NODES = 3000
 
 
 def part_color(part: int) -> str:
@@ -35,57 +39,70 @@ def part_label(part: Partitioning) -> str:
     return "chunk" if part.method == "chunk" else "part"
 
 
+def part_ids(part: Partitioning) -> list[str]:
+    """Part ids as category labels ``"0"``, ``"1"``, ... in numeric order."""
+    return [str(p) for p in range(part.num_parts)]
+
+
+def _part_dim(part: Partitioning, name: str = "part", label: str | None = None) -> hv.Dimension:
+    return hv.Dimension(name, label=label or part_label(part), values=part_ids(part))
+
+
 def partition_sizes_plot(part: Partitioning) -> hv.Bars:
     """Grouped bars of nodes and edges (``edge_index`` entries into it) per part or chunk.
 
-    Element data: kdims ``(part, measure)`` with ``measure`` in ``nodes``/``edges``, vdims
-    ``count`` and ``color``; ``2 · P`` rows.
+    Element data: kdims ``(part, measure)`` (``part`` a str label, ``measure`` in
+    ``nodes``/``edges``), vdims ``count`` and ``color``; ``2 · P`` rows.
     """
     summary = part.summary()
     df = summary.melt(id_vars="part", value_vars=["nodes", "edges"],
                       var_name="measure", value_name="count")
     df["color"] = df["measure"].map(MEASURE_COLORS)
+    df["part"] = df["part"].astype(str)
     label = part_label(part)
-    kdims = [hv.Dimension("part", label=label), hv.Dimension("measure")]
-    title = (f"{part.num_parts} {label}s: node balance {part.node_balance:.2f}, "
-             f"edge balance {part.edge_balance:.2f}")
+    kdims = [_part_dim(part), hv.Dimension("measure", values=["nodes", "edges"])]
+    title = (f"{part.num_parts} {label}s: balance nodes {part.node_balance:.2f}, "
+             f"edges {part.edge_balance:.2f}")
     return hv.Bars(df, kdims=kdims, vdims=["count", "color"]).opts(
         color="color", tools=["hover"], title=title, ylabel="count", xlabel=label,
-        responsive=True, height=300, backend="bokeh",
+        yformatter="%d", responsive=True, height=300, backend="bokeh",
+        **categorical_ticks(2 * part.num_parts),
     )
 
 
 def edge_matrix_plot(part: Partitioning) -> hv.HeatMap:
     """Heatmap of :meth:`Partitioning.edge_matrix`: edges from part ``src`` to part ``dst``.
 
-    Element data: kdims ``(dst_part, src_part)``, vdim ``edges``; ``P²`` cells summing to
-    ``E``. The diagonal holds intra-part edges.
+    Element data: kdims ``(dst_part, src_part)`` (str labels), vdim ``edges``; ``P²`` cells
+    summing to ``E``. The diagonal holds intra-part edges.
     """
     df = part.edge_matrix().stack().rename("edges").reset_index()
+    df[["src_part", "dst_part"]] = df[["src_part", "dst_part"]].astype(str)
     label = part_label(part)
-    kdims = [hv.Dimension("dst_part", label=f"destination {label}"),
-             hv.Dimension("src_part", label=f"source {label}")]
-    title = f"{label}-to-{label} edges (cut {part.edge_cut_fraction:.1%})"
+    kdims = [_part_dim(part, "dst_part", f"destination {label}"),
+             _part_dim(part, "src_part", f"source {label}")]
+    title = f"{label} → {label} edges (cut {part.edge_cut_fraction:.1%})"
     return hv.HeatMap(df, kdims=kdims, vdims=["edges"]).opts(
         cmap="Blues", colorbar=True, tools=["hover"], invert_yaxis=True, title=title,
-        responsive=True, height=320, backend="bokeh",
+        cformatter="%d",
+        responsive=True, height=320, backend="bokeh", **categorical_ticks(part.num_parts),
     )
 
 
 def halo_plot(part: Partitioning) -> hv.Bars:
     """Bars of halo rows per part: outside nodes that send an edge into it.
 
-    Element data: kdim ``part``, vdims ``halo_rows`` and ``color``; the title gives their
+    Element data: kdim ``part`` (str labels), vdims ``halo_rows`` and ``color``; the title gives their
     sum ``M`` (the graph-parallel communication of DESIGN.md §4 scales with it).
     """
     label = part_label(part)
-    df = pd.DataFrame({"part": np.arange(part.num_parts), "halo_rows": part.halo_rows})
-    df["color"] = [part_color(p) for p in df["part"]]
-    title = f"halo rows per {label} (M = {part.total_halo_rows})"
-    return hv.Bars(df, kdims=[hv.Dimension("part", label=label)],
-                   vdims=["halo_rows", "color"]).opts(
+    df = pd.DataFrame({"part": part_ids(part), "halo_rows": part.halo_rows})
+    df["color"] = [part_color(p) for p in range(part.num_parts)]
+    title = f"halo rows per {label} (M = {part.total_halo_rows:,})"
+    return hv.Bars(df, kdims=[_part_dim(part)], vdims=["halo_rows", "color"]).opts(
         color="color", tools=["hover"], title=title, ylabel="halo rows", xlabel=label,
-        responsive=True, height=300, backend="bokeh",
+        yformatter="%d", responsive=True, height=300, backend="bokeh",
+        **categorical_ticks(part.num_parts),
     )
 
 
@@ -118,24 +135,24 @@ def node_positions(edge_index: Any, assignment: np.ndarray, num_parts: int,
 
 
 def node_layout_plot(data: Any, part: Partitioning,
-                     max_nodes: int = 3000) -> hv.Overlay | hv.Div:
-    """Nodes of a small graph coloured by part, with its edges as segments.
+                     max_nodes: int = MAX_LAYOUT_NODES) -> hv.Overlay:
+    """Nodes of a small graph coloured by part, with its edges as segments; above
+    ``max_nodes`` nodes, the part graph (:func:`part_graph_plot`), which the title says.
 
     Args:
         data: PyG ``Data`` with ``edge_index`` and ``num_nodes`` (original node ids,
             the ids ``part.assignment`` is indexed by).
         part: The partitioning (or chunking) that colours the nodes.
-        max_nodes: Above this many nodes the layout is skipped.
+        max_nodes: Above this many nodes the part graph is drawn instead.
 
     Returns:
         ``hv.Segments * hv.Points``: segments one per undirected non-loop edge (kdims
         ``x0, y0, x1, y1``), points one per node (kdims ``x, y``; vdims ``node``, ``part``,
-        ``color``); positions by :func:`node_positions`. Above ``max_nodes`` an ``hv.Div``
-        saying the layout is skipped.
+        ``color``); positions by :func:`node_positions`.
     """
     n = int(data.num_nodes)
     if n > max_nodes:
-        return hv.Div(f"<p>Node layout skipped: {n} nodes is above max_nodes={max_nodes}.</p>")
+        return part_graph_plot(part, note=f"{n:,} nodes > {max_nodes:,}: ")
     assignment = part.assignment.cpu().numpy()
     ei = data.edge_index.detach().cpu().numpy()
     pos = node_positions(ei, assignment, part.num_parts, seed=part.seed)
@@ -151,7 +168,40 @@ def node_layout_plot(data: Any, part: Partitioning,
     points = hv.Points(nodes, kdims=["x", "y"], vdims=["node", "part", "color"]).opts(
         color="color", size=4, line_color=None, tools=["hover"], backend="bokeh",
     )
-    title = f"{n} nodes coloured by {label} ({part.num_parts} {label}s)"
+    title = f"{n:,} nodes coloured by {label} ({part.num_parts} {label}s)"
     return (segments * points).opts(
         title=title, xaxis=None, yaxis=None, responsive=True, height=400, backend="bokeh",
     )
+
+
+def part_graph_plot(part: Partitioning, note: str = "") -> hv.Overlay:
+    """The graph of parts: one point per part on a circle (area ∝ its nodes), one segment per
+    pair of parts with cut edges between them (width ∝ those edges, both directions summed).
+
+    Returns:
+        ``hv.Segments * hv.Points``: segments with vdim ``edges`` (one per connected pair),
+        points with vdims ``part`` (str), ``nodes``, ``size``, ``color``; ``note`` starts the
+        title, which says it is the part graph.
+    """
+    p = part.num_parts
+    angle = 2 * np.pi * np.arange(p) / max(p, 1)
+    x, y = np.cos(angle) * (p > 1), np.sin(angle) * (p > 1)
+    sizes = np.asarray(part.sizes, dtype=float)
+    nodes = pd.DataFrame({"x": x, "y": y, "part": part_ids(part), "nodes": sizes.astype(int),
+                          "size": 8 + 30 * np.sqrt(sizes / max(sizes.max(), 1.0)),
+                          "color": [part_color(i) for i in range(p)]})
+    matrix = part.edge_matrix().to_numpy()
+    both = np.triu(matrix + matrix.T, k=1)
+    src, dst = np.nonzero(both)
+    weight = both[src, dst].astype(float)
+    width = 1 + 9 * weight / max(weight.max(), 1.0) if len(weight) else weight
+    segments = hv.Segments((x[src], y[src], x[dst], y[dst], weight.astype(int), width),
+                           kdims=["x0", "y0", "x1", "y1"], vdims=["edges", "width"]).opts(
+        color="#888888", alpha=0.5, line_width="width", tools=["hover"], backend="bokeh")
+    points = hv.Points(nodes, kdims=["x", "y"], vdims=["part", "nodes", "size", "color"]).opts(
+        color="color", size="size", line_color="white", tools=["hover"], backend="bokeh")
+    label = part_label(part)
+    title = f"{note}{label} graph ({p} {label}s; lines: cut edges)"
+    return (segments * points).opts(
+        title=title, xaxis=None, yaxis=None, padding=0.15, responsive=True, height=400,
+        backend="bokeh")

@@ -1,4 +1,5 @@
-"""Stage timeline view: one lane per rank, one bar per op, coloured by kind."""
+"""Stage timeline view: one lane per rank, one bar per op, coloured by the op-kind scheme of
+:mod:`dashboard.style`, with a legend and each lane's bubble."""
 
 from __future__ import annotations
 
@@ -6,20 +7,11 @@ import holoviews as hv
 import holoviews.plotting.bokeh  # registers the bokeh options used below
 import pandas as pd
 
+from dashboard.style import OP_COLORS, OTHER_COLOR, legend_hook, op_legend
 from gnnpipe.events import Timeline
 
-#: Bar colour per op kind.
-KIND_COLORS: dict[str, str] = {
-    "forward": "#4c78a8",
-    "backward": "#f58518",
-    "send": "#54a24b",
-    "recv": "#88d27a",
-    "allreduce": "#b279a2",
-    "step": "#e45756",
-    "idle": "#d3d3d3",
-}
-#: Colour of kinds missing from :data:`KIND_COLORS`.
-OTHER_COLOR = "#7f7f7f"
+#: Most bars drawn at once: beyond it the latest ops are kept (and the title says so).
+MAX_BARS = 20_000
 
 _LANE = 0.4  # half-height of a lane's bars, in rank units
 _VDIMS = ["rank", "stage", "way", "chunk", "epoch", "kind", "bytes", "peer", "color"]
@@ -53,28 +45,45 @@ def timeline_frame(timeline: Timeline) -> pd.DataFrame:
     df = timeline.df.copy()
     df["lo"] = df["rank"] - _LANE
     df["hi"] = df["rank"] + _LANE
-    df["color"] = df["kind"].map(KIND_COLORS).fillna(OTHER_COLOR).astype(object)
+    df["color"] = df["kind"].map(OP_COLORS).fillna(OTHER_COLOR).astype(object)
     return df
+
+
+def lane_labels(timeline: Timeline) -> list[tuple[int, str]]:
+    """Y tick per rank: ``"rank 1 · bubble 12%"``, the rank's idle share of the makespan
+    (:meth:`Timeline.bubble_by_rank`, whose mean is the title's bubble)."""
+    bubble = timeline.bubble_by_rank()
+    return [(r, f"rank {r} · bubble {bubble.get(r, 0.0):.0%}") for r in range(timeline.num_ranks)]
 
 
 def _rectangles(timeline: Timeline, title: str) -> hv.Rectangles:
     df = timeline_frame(timeline)
     kdims = [hv.Dimension("start", label="time (s)"), "lo", "end", "hi"]
-    ranks = range(timeline.num_ranks)
+    ranks = timeline.num_ranks
     element = hv.Rectangles(df, kdims=kdims, vdims=_VDIMS)
     return element.opts(
         color="color", line_color="white", line_width=0.5,
-        tools=["hover"], hover_tooltips=_TOOLTIPS,
-        yticks=[(r, f"rank {r}") for r in ranks] or None, invert_yaxis=True,
-        ylim=(-0.5, max(timeline.num_ranks, 1) - 0.5), title=title, ylabel="rank",
-        responsive=True, height=80 + 40 * len(ranks), backend="bokeh",
+        tools=["hover"], hover_tooltips=_TOOLTIPS, bgcolor=OP_COLORS["idle"],
+        yticks=lane_labels(timeline) or None, invert_yaxis=True,
+        ylim=(-0.5, max(ranks, 1) - 0.5), title=title, ylabel="",
+        hooks=[legend_hook(op_legend(), ncols=2)], show_grid=False,
+        responsive=True, height=130 + 36 * min(ranks, 32), backend="bokeh",
     )
 
 
 def _title(timeline: Timeline, name: str | None) -> str:
-    stats = (f"{timeline.num_ranks} ranks, makespan {timeline.makespan():.4g} s, "
-             f"bubble {timeline.bubble_fraction():.1%}")
+    stats = f"makespan {timeline.makespan():.4g} s, bubble {timeline.bubble_fraction():.1%}"
     return f"{name}: {stats}" if name else stats
+
+
+def latest(timeline: Timeline, max_bars: int | None = None) -> tuple[Timeline, str]:
+    """The last ``max_bars`` (default :data:`MAX_BARS`) ops by start time, and a note saying
+    what was left out ("" if nothing)."""
+    max_bars = MAX_BARS if max_bars is None else max_bars
+    if len(timeline) <= max_bars:
+        return timeline, ""
+    kept = timeline.df.nlargest(max_bars, "start").sort_values("start")
+    return Timeline(kept), f"last {max_bars:,} of {len(timeline):,} ops · "
 
 
 def timeline_plot(timeline: Timeline, title: str | None = None,
@@ -82,8 +91,10 @@ def timeline_plot(timeline: Timeline, title: str | None = None,
                   epoch: int | None = None) -> hv.Rectangles | hv.Layout:
     """Draw a Timeline with one lane per rank and one bar per op.
 
-    Idle time shows as gaps between bars; the title carries the rank count, the makespan
-    and the bubble fraction (``bubble 27.3%``).
+    Idle time shows as gaps (the lane background, ``idle`` in the legend of the op-kind
+    scheme right of the plot); each lane's tick gives that rank's bubble and the title the
+    makespan and the mean bubble (``bubble 27.3%``). Above :data:`MAX_BARS` ops only the
+    latest are drawn.
 
     Args:
         timeline: The (measured or predicted) timeline to draw.
@@ -99,6 +110,9 @@ def timeline_plot(timeline: Timeline, title: str | None = None,
     """
     if epoch is not None:
         timeline = select_epoch(timeline, epoch)
+    timeline, note = latest(timeline)
+    if note:
+        title = note + (title or "")
     main = _rectangles(timeline, _title(timeline, title))
     if predicted is None:
         return main

@@ -68,6 +68,15 @@ def test_replayed_run_folder_shows_what_the_live_run_showed(cluster, small_graph
     # a Chrome trace file replays too
     trace = ReplaySource(tmp_path / "run" / "trace.json").final().timeline
     assert len(trace) == len(replay.timeline)
+    # live records carry each rank's byte counters, split by kind as run.comm is
+    records = live.feed.since(0, 0)[0]
+    assert all("comm" in r for r in records if "rank" in r)
+    session._take(records, [])
+    counted = pd.DataFrame([row for rows in session.counters.values() for row in rows])
+    assert set(session.counters) == {0, 1}
+    for kind in ("activation", "gradient"):
+        assert (counted.query("kind == @kind")["bytes"].sum()
+                == run.comm.query("kind == @kind")["bytes"].sum() > 0)
 
 
 def test_dashboard_renders_live_replay_and_explorer(small_graph, tmp_path):
@@ -78,7 +87,37 @@ def test_dashboard_renders_live_replay_and_explorer(small_graph, tmp_path):
         assert len(list(root.references())) > 50
     page = Dashboard(run).save(tmp_path / "dashboard.html")
     text = page.read_text()
-    assert "Bokeh" in text and "Stage timeline" in text
+    assert "Bokeh" in text and "Stage timeline" in text and "Ranks" in text
+    data, _ = Dashboard(run)._repr_mimebundle_()  # Jupyter shows the layout, not the repr
+    assert "application/vnd.holoviews_exec.v0+json" in data and "Partitions" in data["text/html"]
+
+
+def test_live_session_keeps_a_window_of_epochs():
+    from dashboard.app import WINDOW_EPOCHS
+    from dashboard.stream import Source
+
+    class Live(Source):
+        done = False  # a run still training
+
+    source = Live({"mode": "pipeline"})
+    session = _Session(source)
+    op = {"rank": 0, "stage": 0, "way": 0, "chunk": 0, "kind": "forward", "start": 0.0,
+          "end": 1.0, "bytes": 0, "peer": -1}
+    for epoch in range(WINDOW_EPOCHS + 5):
+        source.feed.push({"epoch": epoch}, [{**op, "epoch": epoch}])
+    session.poll()
+    assert sorted(session.ops) == list(range(5, WINDOW_EPOCHS + 5))
+    assert len(session.timeline()) == WINDOW_EPOCHS
+
+
+def test_replayed_folder_rebuilds_its_chunking(cora, tmp_path):
+    model = gp.models.gcn(cora.num_features, hidden=8, out_dim=7, layers=2)
+    run = gp.train(model, cora, "local", stages=2, chunks=4, epochs=2, progress=False)
+    replay = ReplaySource(run.save(tmp_path / "r"))
+    assert replay.partitioning is not None and replay.data.num_nodes == cora.num_nodes
+    assert replay.partitioning.assignment.tolist() == run.partitioning.assignment.tolist()
+    root = Dashboard(tmp_path / "r").panel().get_root()
+    assert len(list(root.references())) > 50
 
 
 def test_source_argument_is_checked():

@@ -7,15 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dashboard.style import COMM_KIND_COLORS, OTHER_COLOR, human_bytes
 from dashboard.views.comm import (
     ALL_LABEL,
-    COMM_KIND_COLORS,
-    OTHER_COLOR,
     bytes_by_kind_plot,
+    bytes_difference_plot,
     bytes_per_epoch_plot,
     comm_matrix_frame,
     comm_matrix_plot,
 )
+from gnnpipe.runtime.comm import TRAINING_KINDS
 
 
 @pytest.fixture
@@ -75,22 +76,62 @@ def test_bytes_by_kind(comm) -> None:
     hv.render(el, backend="bokeh")
 
 
+def test_bytes_by_kind_splits_every_counter_kind() -> None:
+    """One bar per counter kind of ``Run.comm``, each with its own colour, none grey."""
+    kinds = [*TRAINING_KINDS, "eval", "allreduce", "control"]
+    comm = pd.DataFrame({"src": 0, "dst": 1, "kind": kinds, "bytes": range(100, 100 + 9 * 10, 10)})
+    comm = pd.concat([comm, comm.assign(src=1, dst=0)], ignore_index=True)
+    df = bytes_by_kind_plot(comm).dframe()
+    assert set(df["kind"]) == set(kinds) and len(df) == 9
+    totals = comm.groupby("kind")["bytes"].sum()
+    assert all(df.set_index("kind")["bytes"] == totals[df["kind"]].to_numpy())
+    assert list(df["color"]) == [COMM_KIND_COLORS[k] for k in df["kind"]]
+    assert OTHER_COLOR not in set(COMM_KIND_COLORS.values())
+    assert len(set(COMM_KIND_COLORS.values())) == len(COMM_KIND_COLORS) == 9
+    fig = hv.render(bytes_by_kind_plot(comm), backend="bokeh")
+    assert type(fig.yaxis[0].formatter).__name__ == "CustomJSTickFormatter"  # KiB/MiB ticks
+    assert fig.xaxis[0].major_label_orientation != "horizontal"
+
+
+def test_human_bytes() -> None:
+    assert human_bytes(0) == "0 B"
+    assert human_bytes(1536) == "1.5 KiB"
+    assert human_bytes(153_601) == "150.0 KiB"
+    assert human_bytes(3 * 1024**3) == "3.0 GiB"
+    assert human_bytes(-2048) == "-2.0 KiB"
+
+
 def test_bytes_per_epoch_with_formula() -> None:
     history = pd.DataFrame({"epoch": range(4), "comm_bytes": [100, 100, 110, 100]})
     el = bytes_per_epoch_plot(history, predicted=100)
     assert isinstance(el, hv.Overlay) and len(el) == 2
-    curve, line = el.Curve.Measured, el.HLine.Formula
+    curve, formula = el.Curve.Measured, el.Curve.Formula
     np.testing.assert_array_equal(curve.dimension_values("epoch"), [0, 1, 2, 3])
     np.testing.assert_array_equal(curve.dimension_values("comm_bytes"), [100, 100, 110, 100])
-    assert line.data == 100.0
-    assert line.opts.get().kwargs["line_dash"] == "dashed"
+    np.testing.assert_array_equal(formula.dimension_values("comm_bytes"), [100] * 4)
+    assert formula.opts.get().kwargs["line_dash"] == "dashed"
+    assert el.opts.get().kwargs["ylim"][0] == 0  # a steady count is a flat line, not noise
     fig = hv.render(el, backend="bokeh")
-    assert "formula 100 B" in fig.title.text and "× 1.000" in fig.title.text
+    assert fig.title.text == "bytes/epoch: 100 B (formula 100 B)"
+
+
+def test_difference_axis_is_sane_for_a_steady_count() -> None:
+    """153,600 B every epoch against the same formula: a line at 0 on ±1% of the formula."""
+    history = pd.DataFrame({"epoch": range(5), "comm_bytes": [153_600] * 5})
+    el = bytes_difference_plot(history, predicted=153_600)
+    np.testing.assert_array_equal(el.dimension_values("difference"), [0] * 5)
+    low, high = el.opts.get().kwargs["ylim"]
+    assert low == -high and high == pytest.approx(0.012 * 153_600)
+    assert "+0.00%" in hv.render(el, backend="bokeh").title.text
+    off = bytes_difference_plot(history.assign(comm_bytes=[160_000] * 5), predicted=153_600)
+    assert off.dimension_values("difference")[0] == 6400
+    assert off.opts.get().kwargs["ylim"][1] == pytest.approx(6400 * 1.2)
+    assert len(bytes_difference_plot(history)) == 0
 
 
 def test_bytes_per_epoch_without_formula() -> None:
     history = pd.DataFrame({"epoch": [0, 1], "comm_bytes": [2048, 4096]})
     el = bytes_per_epoch_plot(history)
     assert len(el) == 1 and isinstance(el.get(0), hv.Curve)
-    assert "median 3.0 KiB" in hv.render(el, backend="bokeh").title.text
+    assert hv.render(el, backend="bokeh").title.text == "bytes/epoch: 3.0 KiB"
     hv.render(bytes_per_epoch_plot(history.iloc[:0], predicted=10), backend="bokeh")

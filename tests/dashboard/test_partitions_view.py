@@ -35,15 +35,17 @@ def test_sizes_bars_hold_nodes_and_edges_per_part(graph, part) -> None:
     assert [d.name for d in el.kdims] == ["part", "measure"]
     assert len(el) == 8
     df = el.dframe()
-    nodes = df[df["measure"] == "nodes"].sort_values("part")
-    edges = df[df["measure"] == "edges"].sort_values("part")
+    assert list(dict.fromkeys(df["part"])) == ["0", "1", "2", "3"]  # categories, not numbers
+    nodes = df[df["measure"] == "nodes"]
+    edges = df[df["measure"] == "edges"]
     np.testing.assert_array_equal(nodes["count"], part.sizes)
     np.testing.assert_array_equal(edges["count"], part.edge_counts)
     assert nodes["count"].sum() == graph.num_nodes == 500
     assert edges["count"].sum() == graph.edge_index.size(1)
     assert set(df["color"]) == set(MEASURE_COLORS.values())
     fig = hv.render(el, backend="bokeh")
-    assert fig.title.text.startswith("4 parts: node balance")
+    assert fig.title.text.startswith("4 parts: balance nodes")
+    assert [f for f, _ in fig.x_range.factors[:2]] == ["0", "0"]
 
 
 def test_sizes_of_a_chunking_say_chunk(graph) -> None:
@@ -60,8 +62,9 @@ def test_edge_heatmap_matches_edge_matrix(graph, part) -> None:
     assert el.dimension_values("edges").sum() == graph.edge_index.size(1)
     matrix = part.edge_matrix()
     for row in el.dframe().itertuples():
-        assert row.edges == matrix.loc[row.src_part, row.dst_part]
+        assert row.edges == matrix.loc[int(row.src_part), int(row.dst_part)]
     diag = el.dframe().query("src_part == dst_part")["edges"].sum()
+    assert list(hv.render(el, backend="bokeh").x_range.factors) == ["0", "1", "2", "3"]
     assert diag == np.trace(matrix.to_numpy()) and diag > matrix.to_numpy().sum() / 2
     fig = hv.render(el, backend="bokeh")
     assert f"cut {part.edge_cut_fraction:.1%}" in fig.title.text
@@ -108,8 +111,25 @@ def test_node_layout_clusters_by_part(graph, part) -> None:
     assert (nearest == labels).mean() > 0.9
 
 
-def test_node_layout_skipped_above_max_nodes(graph, part) -> None:
+def test_node_layout_draws_the_part_graph_above_max_nodes(graph, part) -> None:
     el = node_layout_plot(graph, part, max_nodes=100)
-    assert isinstance(el, hv.Div)
-    assert "skipped" in el.data and "500" in el.data
+    assert isinstance(el, hv.Overlay)
+    segments, points = el.Segments.I, el.Points.I
+    assert list(points.dimension_values("part")) == ["0", "1", "2", "3"]
+    np.testing.assert_array_equal(points.dimension_values("nodes"), part.sizes)
+    matrix = part.edge_matrix().to_numpy()
+    cut = matrix.sum() - np.trace(matrix)
+    assert segments.dimension_values("edges").sum() == cut > 0
+    title = el.opts.get().kwargs["title"]
+    assert title.startswith("500 nodes > 100: part graph")
+    el.opts(width=300, height=300, responsive=False)  # plot options apply (not a Div)
+    hv.render(el, backend="bokeh")
+
+
+def test_chunk_graph_of_a_large_graph() -> None:
+    big = gp.datasets.synthetic(20_000, seed=1)
+    chunks = gp.chunk(big, 8)
+    el = node_layout_plot(big, chunks)
+    assert len(el.Points.I) == 8
+    assert "20,000 nodes > 3,000: chunk graph (8 chunks" in el.opts.get().kwargs["title"]
     hv.render(el, backend="bokeh")

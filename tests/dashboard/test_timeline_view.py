@@ -1,4 +1,5 @@
-"""Tests for dashboard.views.timeline: lanes, rows, colours, hover and the predicted pair."""
+"""Tests for dashboard.views.timeline: lanes, rows, colours and legend, per-lane bubble, hover,
+the predicted pair and the bar cap."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dashboard.style import OP_COLORS as KIND_COLORS
+from dashboard.style import OP_LABELS, OTHER_COLOR
+from dashboard.views import timeline as timeline_view
 from dashboard.views.timeline import (
-    KIND_COLORS,
-    OTHER_COLOR,
+    lane_labels,
     select_epoch,
     timeline_epochs,
     timeline_plot,
@@ -59,8 +62,48 @@ def test_bokeh_render_has_hover_lanes_and_title(timeline: Timeline) -> None:
     fields = " ".join(label for label, _ in hover[0].tooltips)
     for name in ("chunk", "kind", "start", "end"):
         assert name in fields
-    assert fig.yaxis[0].major_label_overrides == {0: "rank 0", 1: "rank 1", 2: "rank 2"}
-    assert fig.title.text.startswith("gnnpipe: 3 ranks, makespan 19 s")
+    bubble = timeline.bubble_by_rank()
+    assert fig.yaxis[0].major_label_overrides == {
+        r: f"rank {r} · bubble {bubble[r]:.0%}" for r in range(3)}
+    assert fig.title.text.startswith("gnnpipe: makespan 19 s")
+
+
+def test_legend_shows_the_whole_op_kind_scheme(timeline: Timeline) -> None:
+    fig = hv.render(timeline_plot(timeline), backend="bokeh")
+    legends = [m for m in fig.right if type(m).__name__ == "Legend"]
+    assert len(legends) == 1
+    items = legends[0].items
+    labels = [item.label.value for item in items]
+    assert labels == [OP_LABELS.get(k, k) for k in KINDS]
+    colors = [item.renderers[0].glyph.fill_color for item in items]
+    assert colors == [KIND_COLORS[k] for k in KINDS]
+    assert fig.background_fill_color == KIND_COLORS["idle"]  # gaps read as idle
+
+
+def test_lane_bubble_is_the_ranks_idle_share(timeline: Timeline) -> None:
+    """Each lane's bubble is 1 − busy / makespan for that rank; their mean is the title's."""
+    bubble = timeline.bubble_by_rank()
+    busy = timeline.busy_time()
+    assert list(bubble.index) == [0, 1, 2]
+    np.testing.assert_allclose(bubble, 1 - busy / timeline.makespan())
+    assert bubble.mean() == pytest.approx(timeline.bubble_fraction())
+    assert bubble.nunique() == 1  # gnnpipe(3, 4) with equal costs: every lane idles the same
+    skewed = Timeline(timeline.df[~((timeline.df["rank"] == 2)
+                                    & (timeline.df["kind"] == "step"))])
+    per_rank = skewed.bubble_by_rank()
+    assert per_rank[2] > per_rank[0]
+    assert per_rank.mean() == pytest.approx(skewed.bubble_fraction())
+    labels = dict(lane_labels(skewed))
+    assert labels[2] == f"rank 2 · bubble {per_rank[2]:.0%}"
+
+
+def test_bar_cap_keeps_the_latest_ops(monkeypatch: pytest.MonkeyPatch,
+                                      timeline: Timeline) -> None:
+    monkeypatch.setattr(timeline_view, "MAX_BARS", 10)
+    el = timeline_view.timeline_plot(timeline, title="x")
+    assert len(el) == 10
+    assert el.dimension_values("start").min() >= np.sort(timeline.df["start"])[-10]
+    assert el.opts.get().kwargs["title"].startswith("last 10 of 27 ops · x:")
 
 
 def test_predicted_beside_measured(timeline: Timeline) -> None:

@@ -1,0 +1,75 @@
+"""Per-rank views: where each rank's epoch goes (compute, communication, waiting, idle) and the
+parallel efficiency per epoch, from :mod:`gnnpipe.efficiency`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import holoviews as hv
+import holoviews.plotting.bokeh  # registers the bokeh options used below
+import pandas as pd
+
+from dashboard.style import CLASS_COLORS, categorical_ticks, percent_axis
+from gnnpipe.efficiency import CLASSES, Layout, efficiency, rank_shares
+from gnnpipe.events import Timeline
+
+_SHARE_COLUMNS = ["rank", "class", "share"]
+
+
+def rank_figures(timeline: Timeline, config: Mapping[str, Any]) -> tuple[pd.DataFrame,
+                                                                         pd.DataFrame]:
+    """``(rank_shares, efficiency)`` of a run's timeline, as ``Run.rank_shares()`` and
+    ``Run.efficiency()`` give them (empty frames for one-process runs or no ops yet)."""
+    layout = Layout.of(config)
+    if layout is None or not len(timeline):
+        return pd.DataFrame(columns=list(CLASSES)), pd.DataFrame(columns=["epoch", "efficiency"])
+    return rank_shares(timeline), efficiency(timeline, layout)
+
+
+def shares_plot(shares: pd.DataFrame) -> hv.Bars:
+    """Stacked bars, one per rank, of its median share of the epoch in each class.
+
+    Element data: kdims ``rank`` (str) and ``class`` (in :data:`gnnpipe.efficiency.CLASSES`
+    order), vdim ``share``; ``ranks × 4`` rows, coloured by class
+    (:data:`dashboard.style.CLASS_COLORS`) with a legend.
+    """
+    rows = [{"rank": str(rank), "class": c, "share": float(shares.loc[rank, c])}
+            for rank in shares.index for c in CLASSES]
+    df = pd.DataFrame(rows, columns=_SHARE_COLUMNS)
+    ranks = [str(r) for r in shares.index]
+    if df.empty:
+        return hv.Bars([], "rank", "share").opts(title="share of each rank's epoch: no ops yet",
+                                                 responsive=True, height=320, backend="bokeh")
+    kdims = [hv.Dimension("rank", values=ranks), hv.Dimension("class", values=list(CLASSES))]
+    return hv.Bars(df, kdims=kdims, vdims=["share"]).opts(
+        stacked=True, cmap=CLASS_COLORS, line_color="white", tools=["hover"], ylim=(0, 1.0),
+        title="share of each rank's epoch", hooks=[percent_axis()], ylabel="", xlabel="rank",
+        show_legend=True, legend_position="right", responsive=True, height=320,
+        backend="bokeh", **categorical_ticks(len(ranks)),
+    )
+
+
+def efficiency_plot(per_epoch: pd.DataFrame) -> hv.Curve:
+    """Parallel efficiency (ideal ÷ measured epoch) per epoch, on 0–100%."""
+    df = per_epoch.loc[:, ["epoch", "efficiency"]].astype({"epoch": "int64",
+                                                         "efficiency": "float64"})
+    title = "parallel efficiency"
+    if len(df):
+        title += f": median {df['efficiency'].median():.0%}"
+    top = max(1.05, float(df["efficiency"].max()) * 1.05 if len(df) else 0.0)
+    return hv.Curve(df, kdims=["epoch"], vdims=["efficiency"]).opts(
+        color=CLASS_COLORS["compute"], line_width=2, tools=["hover"], ylim=(0, top),
+        hooks=[percent_axis()], title=title, ylabel="", responsive=True, height=320,
+        backend="bokeh")
+
+
+def shares_table(shares: pd.DataFrame, per_epoch: pd.DataFrame) -> str:
+    """Markdown: per rank, each class's median share; then the median efficiency."""
+    if shares.empty:
+        return "One-process run, or no epoch measured yet: no per-rank breakdown."
+    head = "| rank | " + " | ".join(CLASSES) + " |\n|---|" + "---|" * len(CLASSES) + "\n"
+    body = "".join(f"| {rank} | " + " | ".join(f"{shares.loc[rank, c]:.0%}" for c in CLASSES)
+                   + " |\n" for rank in shares.index)
+    median = per_epoch["efficiency"].median() if len(per_epoch) else float("nan")
+    return head + body + f"\nparallel efficiency (median over epochs): **{median:.0%}**"

@@ -1,0 +1,51 @@
+"""`Dashboard(run)` as a cell's value renders inline, and an executed notebook keeps a rendering
+that needs no network (BokehJS and Panel's JS inlined, no CDN link)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+SETUP = """\
+import gnnpipe as gp
+from dashboard import Dashboard
+"""
+RUN = """\
+g = gp.datasets.synthetic(num_nodes=300, avg_degree=6, num_classes=3, num_features=8, seed=0)
+run = gp.train(gp.models.gcn(8, hidden=8, out_dim=3, layers=2), g, "local", stages=2, chunks=2,
+               epochs=2, progress=False)
+Dashboard(run)
+"""
+#: A <script src> or <link href> tag that loads from the network.
+REMOTE = re.compile(r"""<(script|link)\b[^>]*\b(src|href)\s*=\s*\\?["'](https?:)?//""")
+
+
+def _kernel(tmp_path, monkeypatch) -> str:
+    """A kernel spec running this interpreter (as tests/test_notebooks.py does)."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    from test_notebooks import _kernel_name
+
+    return _kernel_name(tmp_path, monkeypatch)
+
+
+@pytest.mark.timeout(300)
+def test_dashboard_is_a_cells_value_and_renders_offline(tmp_path, monkeypatch) -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SETUP),
+                                         nbformat.v4.new_code_cell(RUN)])
+    NotebookClient(nb, timeout=240, kernel_name=_kernel(tmp_path, monkeypatch)).execute()
+    shown = [o for o in nb.cells[1].outputs if o.output_type == "execute_result"]
+    assert len(shown) == 1, nb.cells[1].outputs
+    data = shown[0]["data"]
+    assert "application/vnd.holoviews_exec.v0+json" in data, sorted(data)
+    html = data["text/html"]
+    assert "Stage timeline" in html and "Partitions" in html
+    setup_text = "".join(str(o.get("data", o.get("text", ""))) for o in nb.cells[0].outputs)
+    everything = setup_text + html
+    assert len(setup_text) > 1_000_000, "BokehJS was not inlined in the setup cell's output"
+    assert not REMOTE.findall(html), "the dashboard's rendering loads a resource remotely"
+    remote = [m.group(0) for m in REMOTE.finditer(everything)]
+    assert not remote, f"the notebook loads resources remotely: {remote[:3]}"
