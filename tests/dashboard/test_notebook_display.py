@@ -49,3 +49,43 @@ def test_dashboard_is_a_cells_value_and_renders_offline(tmp_path, monkeypatch) -
     assert not REMOTE.findall(html), "the dashboard's rendering loads a resource remotely"
     remote = [m.group(0) for m in REMOTE.finditer(everything)]
     assert not remote, f"the notebook loads resources remotely: {remote[:3]}"
+
+
+@pytest.mark.timeout(420)
+def test_exported_notebook_renders_offline_in_chromium(tmp_path, monkeypatch) -> None:
+    """The executed notebook exported to HTML (nbconvert) draws the dashboard in headless
+    Chromium with every network request refused: only what the file itself holds renders."""
+    from nbconvert import HTMLExporter
+    from playwright.sync_api import sync_playwright
+    from test_browser import CHROMIUM
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SETUP),
+                                         nbformat.v4.new_code_cell(RUN)])
+    NotebookClient(nb, timeout=240, kernel_name=_kernel(tmp_path, monkeypatch)).execute()
+    page_file = tmp_path / "dashboard.html"
+    page_file.write_text(HTMLExporter().from_notebook_node(nb)[0])
+    refused: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+
+        def route(r):
+            if r.request.url.startswith("file://"):
+                return r.continue_()
+            refused.append(r.request.url)
+            return r.abort()
+
+        page.route("**/*", route)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(page_file.as_uri())
+        page.wait_for_function("() => window.Bokeh && window.Bokeh.documents.length > 0",
+                               timeout=120_000)
+        page.wait_for_function("() => document.querySelectorAll('canvas').length >= 6",
+                               timeout=120_000)
+        titles = page.evaluate("""() => [...window.Bokeh.documents].flatMap(d =>
+            [...d.all_models].filter(m => m.type === 'Title').map(m => m.text))""")
+        browser.close()
+    assert any("measured, epoch" in t for t in titles), titles
+    assert not [e for e in errors if "Bokeh" in e or "bokeh" in e], errors
