@@ -48,8 +48,7 @@ def whatif_panel(timeline: Timeline, names: Iterable[str] | None = None,
             "interleaved ops cost 1/v of a stage's; ZB-H1 splits backward into halves.")
     return pn.Column(
         pn.pane.HoloViews(whatif_plot(table), sizing_mode="stretch_width", linked_axes=False),
-        pn.widgets.Tabulator(table.round(4), disabled=True, show_index=False, height=260,
-                             sizing_mode="stretch_width"),
+        pn.pane.DataFrame(table.round(4), index=False, sizing_mode="stretch_width"),  # no extra JS
         pn.pane.Markdown(note),
         pn.pane.HoloViews(lanes, sizing_mode="stretch_width", linked_axes=False),
         sizing_mode="stretch_width")

@@ -82,10 +82,11 @@ def test_exported_notebook_renders_offline_in_chromium(tmp_path, monkeypatch) ->
         page.goto(page_file.as_uri())
         page.wait_for_function("() => window.Bokeh && window.Bokeh.documents.length > 0",
                                timeout=120_000)
-        page.wait_for_function("() => document.querySelectorAll('canvas').length >= 6",
-                               timeout=120_000)
+        page.locator("canvas").nth(5).wait_for(state="attached", timeout=120_000)  # 6 drawn
+        canvases = page.locator("canvas").count()  # (locators see into Bokeh's shadow DOM)
         titles = page.evaluate("""() => [...window.Bokeh.documents].flatMap(d =>
             [...d.all_models].filter(m => m.type === 'Title').map(m => m.text))""")
         browser.close()
+    assert canvases >= 6
     assert any("measured, epoch" in t for t in titles), titles
     assert not [e for e in errors if "Bokeh" in e or "bokeh" in e], errors
