@@ -181,9 +181,34 @@ class _ClosedTabFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and type(exc).__name__ in _CLOSED_TAB_ERRORS:
+        if exc is not None and _closed_tab(exc):
             return False
-        return not any(name in record.getMessage() for name in _CLOSED_TAB_ERRORS)
+        message = record.getMessage()
+        if message == _BARE_CALLBACK_ERROR:  # its traceback follows in the next record
+            return False
+        return not any(name in message for name in _CLOSED_TAB_ERRORS)
+
+
+#: bokeh logs a periodic callback's failure as this line, then the traceback as text.
+_BARE_CALLBACK_ERROR = "Error thrown from periodic callback:"
+
+
+def _closed_tab(exc: BaseException) -> bool:
+    """``exc`` or an exception it arose from is a closed tab's: one of
+    :data:`_CLOSED_TAB_ERRORS`, or bokeh's assertion that a closing connection has a session
+    (a tab closed before its session was set up)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__name__ in _CLOSED_TAB_ERRORS:
+            return True
+        tb = seen.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if isinstance(seen, AssertionError) and tb is not None and \
+                tb.tb_frame.f_code.co_filename.endswith(("bokeh/server/connection.py",)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def quiet_closed_tabs() -> None:

@@ -127,3 +127,43 @@ def test_source_argument_is_checked():
         as_source(42)
     with pytest.raises(FileNotFoundError, match="source: no run folder"):
         as_source("/nonexistent/run")
+
+
+def test_closed_tab_filter_drops_only_a_closed_tabs_records() -> None:
+    import asyncio
+    import logging
+    import sys
+
+    from dashboard.app import _ClosedTabFilter
+
+    def record(exc: BaseException | None = None, msg: str = "Uncaught exception GET /ws"):
+        info = (type(exc), exc, exc.__traceback__) if exc is not None else None
+        return logging.LogRecord("tornado.application", logging.ERROR, __file__, 1, msg, (),
+                                 info)
+
+    def raised(fn) -> BaseException:
+        try:
+            fn()
+        except BaseException as err:  # noqa: BLE001 - the record carries it
+            return err
+        raise AssertionError("did not raise")
+
+    namespace: dict = {}
+    source = "def lost():\n    assert None is not None\n"  # bokeh's on_close assertion
+    code = compile(source, "/venv/site-packages/bokeh/server/connection.py", "exec")
+    exec(code, namespace)  # noqa: S102 - defines lost() as if in bokeh's file
+
+    def during_cancel():
+        try:
+            raise asyncio.CancelledError
+        except asyncio.CancelledError:
+            raise KeyError("session")  # chained implicitly, as in tornado
+
+    keep = _ClosedTabFilter().filter
+    assert not keep(record(raised(namespace["lost"])))
+    assert not keep(record(raised(during_cancel)))  # arose while handling a cancelled socket
+    assert not keep(record(msg="Error thrown from periodic callback:"))
+    assert not keep(record(msg="Traceback ...\ntornado.websocket.WebSocketClosedError\n"))
+    assert keep(record(raised(lambda: {}["missing"])))  # a real error stays
+    assert keep(record(msg="Traceback ...\nKeyError: 'x'\n"))
+    assert sys.modules["dashboard.app"]  # the filter lives in the served app
