@@ -262,18 +262,29 @@ def one_f_one_b(stages: int, microbatches: int, *, step: bool = False) -> Schedu
     stages = _check_positive("stages", stages)
     microbatches = _check_positive("microbatches", microbatches)
     _check_step(step)
-    ranks = []
-    for s in range(stages):
-        warmup = min(stages - s, microbatches)
-        ops = [forward_op(s, c) for c in range(warmup)]
-        for c in range(microbatches):
-            ops.append(backward_op(s, c, stages))
-            if warmup + c < microbatches:
-                ops.append(forward_op(s, warmup + c))
-        if step:
-            ops.append(Op("step", s, -1))
-        ranks.append(tuple(ops))
-    return Schedule("1f1b", stages, microbatches, tuple(ranks))
+    ranks = tuple(_one_f_one_b_rank(s, stages, microbatches, step, split=False)
+                  for s in range(stages))
+    return Schedule("1f1b", stages, microbatches, ranks)
+
+
+def _one_f_one_b_rank(s: int, stages: int, microbatches: int, step: bool,
+                      split: bool) -> tuple[Op, ...]:
+    """Rank ``s`` of 1F1B: ``S-s`` warm-up forwards, then one backward and one forward each.
+    With ``split`` (ZB-H1) the backward is the input gradient only, and the weight gradient of
+    chunk ``c`` follows the backward of chunk ``c+s``; the last ``s`` fill the drain."""
+    warmup = min(stages - s, microbatches)
+    ops = [forward_op(s, c) for c in range(warmup)]
+    for c in range(microbatches):
+        ops.append(backward_op(s, c, stages))
+        if split and c >= s:
+            ops.append(_weight_op(s, c - s))
+        if warmup + c < microbatches:
+            ops.append(forward_op(s, warmup + c))
+    if split:
+        ops += [_weight_op(s, c) for c in range(max(microbatches - s, 0), microbatches)]
+    if step:
+        ops.append(Op("step", s, -1))
+    return tuple(ops)
 
 
 def interleaved_1f1b(stages: int, microbatches: int, virtual: int = 2, *,
@@ -354,18 +365,6 @@ def zb_h1(stages: int, microbatches: int, *, step: bool = False) -> Schedule:
     stages = _check_positive("stages", stages)
     microbatches = _check_positive("microbatches", microbatches)
     _check_step(step)
-    ranks = []
-    for s in range(stages):
-        warmup = min(stages - s, microbatches)
-        ops = [forward_op(s, c) for c in range(warmup)]
-        for c in range(microbatches):
-            ops.append(backward_op(s, c, stages))
-            if c >= s:
-                ops.append(_weight_op(s, c - s))
-            if warmup + c < microbatches:
-                ops.append(forward_op(s, warmup + c))
-        ops += [_weight_op(s, c) for c in range(max(microbatches - s, 0), microbatches)]
-        if step:
-            ops.append(Op("step", s, -1))
-        ranks.append(tuple(ops))
-    return Schedule("zb-h1", stages, microbatches, tuple(ranks))
+    ranks = tuple(_one_f_one_b_rank(s, stages, microbatches, step, split=True)
+                  for s in range(stages))
+    return Schedule("zb-h1", stages, microbatches, ranks)
