@@ -14,11 +14,11 @@ import cloudpickle
 import distributed
 import pandas as pd
 import pytest
+from failing_blocks import fail_at
 
 import gnnpipe as gp
 from gnnpipe import cli_args, cli_runs
 from gnnpipe.cli import build_parser, main
-from gnnpipe.models import Block
 from gnnpipe.plan import Plan
 from gnnpipe.runtime.cluster import Cluster
 from gnnpipe.runtime.launch import RankFailure
@@ -233,24 +233,9 @@ def test_plan_out_then_train_plan_trains_that_split(plan_file, tmp_path, capsys,
     assert [tuple(r) for r in config["ranges"]] == list(plan.ranges)
 
 
-class ExplodingBlock(Block):
-    """Passes ``h`` through, but raises in the forward of epoch ``epoch``."""
-
-    def __init__(self, width: int, epoch: int) -> None:
-        super().__init__()
-        self.in_dim = self.out_dim = width
-        self.epoch = epoch
-
-    def forward(self, h, h0, ctx):
-        if ctx.training and getattr(ctx, "epoch", 0) == self.epoch:
-            raise FloatingPointError(f"injected failure at epoch {self.epoch}")
-        return h, h0
-
-
 def test_a_failed_run_still_saves_what_it_did(cluster, small_graph, tmp_path):
     model = gp.models.gcn(small_graph.num_features, hidden=8, out_dim=4, layers=4, dropout=0.0)
-    model.blocks.append(ExplodingBlock(4, epoch=3))
-    model.blocks[-1].key = len(model.blocks) - 1
+    fail_at(model, epoch=3)
     run = gp.train(model, small_graph, "pipeline", stages=2, chunks=4, epochs=50,
                    cluster=cluster, background=True, progress=False)
     with pytest.raises(cli_runs.RunFailed, match="rank 1 failed") as failed:

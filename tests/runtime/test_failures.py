@@ -11,34 +11,17 @@ import time
 import cloudpickle
 import dask
 import pytest
+from failing_blocks import fail_at
 
 import gnnpipe as gp
-from gnnpipe.models import Block
 from gnnpipe.runtime.launch import RankFailure
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
 
-class ExplodingBlock(Block):
-    """Passes ``h`` through, but raises in the forward of epoch ``epoch``."""
-
-    def __init__(self, width: int, epoch: int) -> None:
-        super().__init__()
-        self.in_dim = self.out_dim = width
-        self.epoch = epoch
-
-    def forward(self, h, h0, ctx):
-        if ctx.training and getattr(ctx, "epoch", 0) == self.epoch:
-            raise FloatingPointError(f"injected failure at epoch {self.epoch}")
-        return h, h0
-
-
 def _model(graph, explode_at: int | None = None):
     model = gp.models.gcn(graph.num_features, hidden=8, out_dim=4, layers=4, dropout=0.0)
-    if explode_at is not None:
-        model.blocks.append(ExplodingBlock(4, explode_at))
-        model.blocks[-1].key = len(model.blocks) - 1
-    return model
+    return model if explode_at is None else fail_at(model, explode_at)
 
 
 def test_a_rank_that_raises_fails_the_run_naming_it(cluster, small_graph):

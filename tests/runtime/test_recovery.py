@@ -14,30 +14,16 @@ import cloudpickle
 import dask
 import pytest
 import torch
+from failing_blocks import fail_at
 
 import gnnpipe as gp
 from gnnpipe import checkpoint as ckpt
-from gnnpipe.models import Block
 from gnnpipe.runtime.launch import FailureKind, RankFailure
 from gnnpipe.runtime.placement import rank_key
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
 LAYOUT = {"stages": 2, "chunks": 4}
-
-
-class FailingBlock(Block):
-    """Passes ``h`` through, but raises in the training forward of epoch ``epoch``."""
-
-    def __init__(self, width: int, epoch: int) -> None:
-        super().__init__()
-        self.in_dim = self.out_dim = width
-        self.epoch = epoch
-
-    def forward(self, h, h0, ctx):
-        if ctx.training and getattr(ctx, "epoch", None) == self.epoch:
-            raise FloatingPointError(f"injected failure at epoch {self.epoch}")
-        return h, h0
 
 
 def _model(graph):
@@ -88,8 +74,7 @@ def test_a_killed_worker_is_replaced_and_the_run_ends_as_if_uninterrupted(cluste
 
 def test_past_its_restarts_a_run_fails_naming_the_rank(cluster, small_graph, tmp_path):
     model = _model(small_graph)
-    model.blocks.append(FailingBlock(4, epoch=3))
-    model.blocks[-1].key = len(model.blocks) - 1
+    fail_at(model, epoch=3)
     run = gp.train(model, small_graph, "pipeline", epochs=20, checkpoint=tmp_path,
                    checkpoint_every=2, restarts=1, cluster=cluster, background=True,
                    progress=False, **LAYOUT)

@@ -1,0 +1,33 @@
+"""A block that raises at a chosen epoch, for tests of failing and recovering runs (imported by
+test modules anywhere under tests/; pickled by value, since Dask workers cannot import it)."""
+
+from __future__ import annotations
+
+import sys
+
+import cloudpickle
+
+from gnnpipe.models import Block, LayerStack
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class FailingBlock(Block):
+    """Passes ``h`` through, but raises in the training forward of epoch ``epoch``."""
+
+    def __init__(self, width: int, epoch: int) -> None:
+        super().__init__()
+        self.in_dim = self.out_dim = width
+        self.epoch = epoch
+
+    def forward(self, h, h0, ctx):
+        if ctx.training and getattr(ctx, "epoch", None) == self.epoch:
+            raise FloatingPointError(f"injected failure at epoch {self.epoch}")
+        return h, h0
+
+
+def fail_at(model: LayerStack, epoch: int) -> LayerStack:
+    """``model`` with a :class:`FailingBlock` appended (its output width), raising at ``epoch``."""
+    model.blocks.append(FailingBlock(model.blocks[-1].out_dim, epoch))
+    model.blocks[-1].key = len(model.blocks) - 1
+    return model
