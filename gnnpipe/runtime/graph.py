@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.engine.graph import Adjacency, coo_to_csr, normalized_adjacency
-from gnnpipe.engine.message_passing import MessageGraphs, halo_message_passing
+from gnnpipe.engine.message_passing import MessageGraphs, halo_message_passing, return_halo_grads
 from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed
 from gnnpipe.models import LayerStack
 from gnnpipe.runtime.comm import Comm
@@ -75,22 +75,7 @@ class _HaloAggregate(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
-        gctx = ctx.gctx
-        plan, comm = gctx.plan, gctx.comm
-        full = plan.adj.AT @ grad
-        n_local = plan.hi - plan.lo
-        local, halo = full[:n_local].clone(), full[n_local:]
-        offset, received = 0, {}
-        for q, count in plan.recv_counts.items():  # halo rows are ordered by owner
-            if plan.send_rows[q].numel():
-                received[q] = comm.irecv((plan.send_rows[q].numel(), grad.size(1)), q)
-            if count:
-                comm.isend(halo[offset:offset + count], q, "halo_grad")
-            offset += count
-        comm.wait_all()
-        for q, rows in received.items():
-            local.index_add_(0, plan.send_rows[q], rows)
-        return local, None
+        return return_halo_grads(ctx.gctx, ctx.gctx.plan.adj.AT @ grad), None
 
 
 class GraphContext:
