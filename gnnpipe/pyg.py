@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from gnnpipe.engine.message_passing import check_module
@@ -33,14 +32,7 @@ _KEY_STRIDE = 1 << 20  # keys of a block's second, third... conv or dropout: key
 class PyGBlock(Block):
     """A run of a PyG model's parts: message-passing layers via ``ctx.message_passing``, dropout
     via ``ctx.dropout``, anything else called as is, on named values (a Sequential's dataflow).
-
-    Attributes:
-        halo_width: values per halo row that graph parallelism exchanges at this block in an
-            epoch: each message-passing call's input width, again for its gradient unless the
-            input needs none (a first layer reading the features).
     """
-
-    calls_message_passing = True
 
     def __init__(self, parts: list[Part], source: str,
                  result: str, kind: str) -> None:
@@ -58,7 +50,6 @@ class PyGBlock(Block):
                 self.steps.append(("fn", len(self.fns), reads, writes))
                 self.fns.append(op)
         self.aggregates = any(s[0] == "conv" for s in self.steps)
-        self.halo_width = 0
 
     def forward(self, h: Tensor, h0: Tensor | None, ctx: Any) -> tuple[Tensor, Tensor | None]:
         values, convs, drops = {self.source: h}, 0, 0
@@ -251,39 +242,11 @@ def _in_dim(model: Any, in_dim: int | None) -> int:
     return in_dim
 
 
-class _Widths:
-    """A full-graph context that counts what graph parallelism exchanges per halo row."""
-
-    def __init__(self, ctx: Any) -> None:
-        self.ctx, self.training, self.width = ctx, False, 0
-
-    def message_passing(self, module: nn.Module, h: Tensor, key: int) -> Tensor:
-        self.width += h.size(1) * (2 if h.requires_grad else 1)
-        return self.ctx.message_passing(module, h, key)
-
-    def dropout(self, h: Tensor, p: float, key: int) -> Tensor:
-        return h
-
-
 def _set_widths(blocks: list[PyGBlock], in_dim: int) -> None:
-    """Run the blocks once on a 4-node ring (eval mode) to learn their widths."""
-    from gnnpipe.engine.graph import normalized_adjacency
-    from gnnpipe.engine.single import FullGraphContext
+    """Learn the blocks' widths from one run on a 4-node ring."""
+    from gnnpipe.engine.probe import probe_calls
 
-    param = next((p for b in blocks for p in b.parameters()), None)
-    device = param.device if param is not None else torch.device("cpu")
-    ring = torch.tensor([[0, 1, 2, 3, 1, 2, 3, 0], [1, 2, 3, 0, 0, 1, 2, 3]], device=device)
-    ctx = _Widths(FullGraphContext(normalized_adjacency(ring, 4, "mean")))
-    h = torch.randn(4, in_dim, generator=torch.Generator().manual_seed(0)).to(device)
-    modes = [b.training for b in blocks]
-    with torch.enable_grad():
-        for block in blocks:
-            ctx.width = 0
-            block.in_dim = h.size(1)
-            h, _ = block.eval()(h, None, ctx)
-            block.out_dim, block.halo_width = h.size(1), ctx.width
-    for block, mode in zip(blocks, modes):
-        block.train(mode)
+    probe_calls(blocks, in_dim, set_dims=True)
 
 
 def from_pyg(model: nn.Module, in_dim: int | None = None) -> LayerStack:
@@ -352,8 +315,10 @@ def for_training(model: Any, mode: str, data: Any = None) -> Any:
     model = as_stack(model, data)
     if isinstance(model, LayerStack):
         ship_generated_code(model)
-    if mode == "hybrid" and isinstance(model, LayerStack) and any(
-            getattr(b, "calls_message_passing", False) for b in model.blocks):
-        raise ValueError("mode: 'hybrid' does not run message-passing (PyG) layers yet; use "
-                         "'pipeline', 'local' or 'graph'")
+    if mode == "hybrid" and isinstance(model, LayerStack):
+        for name, module in model.named_modules():
+            if getattr(module, "flow", "source_to_target") != "source_to_target":
+                raise ValueError(f"model.{name}: mode 'hybrid' shares the rows messages flow "
+                                 f"from; {type(module).__name__} has flow={module.flow!r}, "
+                                 f"expected 'source_to_target' (or use 'pipeline')")
     return model

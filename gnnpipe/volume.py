@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
+import torch
+from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe.datasets import single_graph
 from gnnpipe.engine.local import stage_ranges
+from gnnpipe.engine.probe import probe_calls
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import Partitioning, chunk, partition
 from gnnpipe.pyg import as_stack
@@ -22,26 +27,47 @@ def pipeline_bytes(model: LayerStack, num_nodes: int, ranges: list[tuple[int, in
     return 2 * num_nodes * widths * BYTES_PER_VALUE
 
 
+def _values_per_row(model: LayerStack) -> tuple[int, int]:
+    """Per row, summed over the stack's aggregation calls: (forward values, gradient values)."""
+    calls = [c for block in probe_calls(model.blocks, model.blocks[0].in_dim) for c in block]
+    return (sum(c.width for c in calls), sum(c.width for c in calls if c.needs_grad))
+
+
 def graph_bytes(model: LayerStack, halo_rows: int) -> int:
-    """Halo rows at every aggregation, forward (rows) and backward (their gradients):
-    ``2 · L · d · M · 4`` for uniform width ``d``; PyG layers exchange their input width
-    (:attr:`gnnpipe.pyg.PyGBlock.halo_width`)."""
-    widths = sum(getattr(b, "halo_width", 2 * b.out_dim) for b in model.blocks if b.aggregates)
-    return halo_rows * widths * BYTES_PER_VALUE
+    """Halo rows at every aggregation, forward (rows) and backward (their gradients, where the
+    aggregation's input needs one): ``2 · L · d · M · 4`` for uniform width ``d``."""
+    return halo_rows * sum(_values_per_row(model)) * BYTES_PER_VALUE
+
+
+def _pushed_rows(edge_index: Tensor, bounds: list[int]) -> int:
+    """Rows a message-passing layer's backward pushes to, summed over chunks: for each chunk,
+    the distinct sources outside it of edges into it."""
+    src, dst = edge_index
+    total = 0
+    for lo, hi in itertools.pairwise(bounds):
+        outside = src[(dst >= lo) & (dst < hi) & ((src < lo) | (src >= hi))]
+        total += int(torch.unique(outside).numel())
+    return total
 
 
 def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning, ways: int) -> int:
-    """Boundary rows every chunk step sends to the other ``W − 1`` ways, forward (rows) and
-    backward (their gradients), at every aggregation."""
+    """Boundary rows every chunk step sends to the other ``W − 1`` ways at every aggregation:
+    forward the rows other chunks read; backward their gradients (``dZ`` rows of ``Â @ h``) or,
+    for a message-passing call, the gradients it pushes to other chunks' rows."""
     from gnnpipe.engine.chunked import boundary_rows
     from gnnpipe.engine.graph import normalized_adjacency
 
     ordered = chunking.apply(data)
+    bounds = chunking.bounds.tolist()
     adj = normalized_adjacency(ordered.edge_index, ordered.num_nodes, model.norm)
-    forward, backward = boundary_rows(adj, chunking.bounds.tolist())
-    rows = sum(int(t.numel()) for t in forward) + sum(int(t.numel()) for t in backward)
-    widths = sum(b.out_dim for b in model.blocks if b.aggregates)
-    return (ways - 1) * rows * widths * BYTES_PER_VALUE
+    forward, backward = (sum(int(t.numel()) for t in side) for side in boundary_rows(adj, bounds))
+    calls = [c for block in probe_calls(model.blocks, model.blocks[0].in_dim) for c in block]
+    pushed = _pushed_rows(ordered.edge_index, bounds) if any(
+        c.message_passing and c.needs_grad for c in calls) else 0
+    values = sum(c.width * (forward + (0 if not c.needs_grad else
+                                       pushed if c.message_passing else backward))
+                 for c in calls)
+    return (ways - 1) * values * BYTES_PER_VALUE
 
 
 def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts: int = 1,

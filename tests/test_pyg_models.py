@@ -8,15 +8,16 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from mirrored_blocks import mirrored
 from torch import nn
-from torch_geometric.nn import GATConv, GCNConv, LGConv, MessagePassing, Sequential, SGConv
+from torch_geometric.nn import GATConv, GCNConv, MessagePassing, Sequential, SGConv
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 
 import gnnpipe as gp
 from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
 from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.engine.single import FullGraphContext, chunk_loss
-from gnnpipe.models import Block, LayerStack
+from gnnpipe.models import LayerStack
 
 EPOCHS = 4
 
@@ -103,54 +104,6 @@ def test_sequential_with_residuals_and_a_custom_layer(small_graph):
 
 
 # --------------------------------------------------------------------------- linear = pull
-class PropGCN(Block):
-    """GCNLayer's math with ``Â`` as PyG's parameter-free LGConv (gcn_norm) via message_passing."""
-
-    aggregates = True
-
-    def __init__(self, ref: Block) -> None:
-        super().__init__()
-        self.in_dim, self.out_dim, self.p, self.act = ref.in_dim, ref.out_dim, ref.p, ref.act
-        self.lin, self.bias = copy.deepcopy(ref.lin), copy.deepcopy(ref.bias)
-        self.prop = LGConv()
-
-    def forward(self, h, h0, ctx):
-        h = ctx.message_passing(self.prop, self.lin(ctx.dropout(h, self.p, self.key)), self.key)
-        h = h + self.bias
-        return (F.relu(h) if self.act else h), h0
-
-
-class MeanProp(MessagePassing):
-    def __init__(self) -> None:
-        super().__init__(aggr="mean")
-
-    def forward(self, x, edge_index):
-        return self.propagate(edge_index, x=x)
-
-
-class PropSAGE(Block):
-    """SAGELayer's math with a user's mean-aggregating MessagePassing."""
-
-    aggregates = True
-
-    def __init__(self, ref: Block) -> None:
-        super().__init__()
-        self.in_dim, self.out_dim, self.p, self.act = ref.in_dim, ref.out_dim, ref.p, ref.act
-        self.lin_self, self.lin_neigh = copy.deepcopy(ref.lin_self), copy.deepcopy(ref.lin_neigh)
-        self.prop = MeanProp()
-
-    def forward(self, h, h0, ctx):
-        h = ctx.dropout(h, self.p, self.key)
-        h = self.lin_self(h) + ctx.message_passing(self.prop, self.lin_neigh(h), self.key)
-        return (F.relu(h) if self.act else h), h0
-
-
-def _mirrored(family: str, graph):
-    ref = gp.models.build(family, graph.num_features, 4, layers=3, hidden=16, dropout=0.3)
-    cls = {"gcn": PropGCN, "sage": PropSAGE}[family]
-    return ref, LayerStack([cls(b) for b in ref.blocks], norm=ref.norm, name=f"prop_{family}")
-
-
 def chunked_grads(model: LayerStack, graph, techniques, epochs: int, chunks: int = 4):
     """Parameter gradients of the last of ``epochs`` chunked epochs (no optimizer steps)."""
     parts = gp.chunk(graph, chunks, seed=0)
@@ -174,7 +127,7 @@ def chunked_grads(model: LayerStack, graph, techniques, epochs: int, chunks: int
 @pytest.mark.parametrize("family", ["gcn", "sage"])
 @pytest.mark.parametrize("techniques", [True, {"unbiased_grad": False}, False])
 def test_linear_message_passing_equals_aggregate(family, techniques, small_graph):
-    ref, mirror = _mirrored(family, small_graph)
+    ref, mirror = mirrored(family, small_graph)
     want, _, _ = chunked_grads(copy.deepcopy(ref), small_graph, techniques, epochs=3)
     got, _, _ = chunked_grads(copy.deepcopy(mirror), small_graph, techniques, epochs=3)
     for a, b in zip(got, want):
@@ -230,7 +183,9 @@ def test_row_wise_layer_norm_is_accepted(small_graph):
     assert _rel(run.history["loss"].to_numpy(), reference) < 1e-5
 
 
-def test_hybrid_is_refused_before_any_worker(small_graph):
-    with pytest.raises(ValueError, match="mode: 'hybrid' does not run message-passing"):
-        gp.train(GCN(small_graph.num_features, 16, 2, out_channels=4), small_graph, "hybrid",
-                 stages=2, ways=2, epochs=1, cluster="tcp://127.0.0.1:1", progress=False)
+def test_hybrid_refuses_reversed_flow_before_any_worker(small_graph):
+    model = Sequential("x, edge_index", [
+        (GCNConv(small_graph.num_features, 4, flow="target_to_source"), "x, edge_index -> x")])
+    with pytest.raises(ValueError, match=r"model\.blocks\.0\.mods\.0: mode 'hybrid'.*flow"):
+        gp.train(model, small_graph, "hybrid", stages=1, ways=2, epochs=1,
+                 cluster="tcp://127.0.0.1:1", progress=False)

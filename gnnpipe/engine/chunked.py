@@ -9,7 +9,7 @@ on each rank and adds communication, so both compute exactly the same thing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -115,6 +115,12 @@ class RowSync(Protocol):
 
     def share_dz(self, key: int, buf: LayerBuffers, chunk: int) -> Tensor | None:
         """Returns the row ids received, which the unbiased technique doubles with the chunk's."""
+
+    def share_pushed(self, key: int, chunk: int, grad: Tensor,
+                     rows_of: Callable[[int], int]) -> dict[int, Tensor]:
+        """A message-passing layer's push (gradients for the rows of other chunks that ``chunk``
+        reads) out, the other ways' pushes in, by their chunk; ``rows_of(c)`` is the row count
+        of chunk ``c``'s push."""
 
 
 class _ChunkAggregate(torch.autograd.Function):

@@ -193,55 +193,80 @@ def full_message_passing(module: nn.Module, h: Tensor, edge_index: Tensor | None
 
 # --------------------------------------------------------------------------- chunked
 class _AddPushed(torch.autograd.Function):
-    """Identity forward; backward adds the gradient other chunks pushed into ``Gbuf[lo:hi]``."""
+    """Identity forward; backward adds the gradient other chunks pushed into ``Gbuf[lo:hi]``, then
+    lets the pushes this chunk step received from other ways count a second time (for chunks
+    after it; see :func:`_pusher`)."""
 
     @staticmethod
-    def forward(ctx, h: Tensor, gbuf: Tensor, lo: int, hi: int) -> Tensor:  # type: ignore[override]
-        ctx.gbuf, ctx.lo, ctx.hi = gbuf, lo, hi
+    def forward(ctx, h: Tensor, gbuf: Tensor, lo: int, hi: int,  # type: ignore[override]
+                deferred: list[tuple[Tensor, Tensor]]) -> Tensor:
+        ctx.gbuf, ctx.lo, ctx.hi, ctx.deferred = gbuf, lo, hi, deferred
         return h.view_as(h)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
-        return grad + ctx.gbuf[ctx.lo:ctx.hi], None, None, None
+        out = grad + ctx.gbuf[ctx.lo:ctx.hi]
+        for rows, pushed in ctx.deferred:
+            ctx.gbuf.index_add_(0, rows, pushed)
+        ctx.deferred.clear()
+        return out, None, None, None, None
 
 
-def _pusher(gbuf: Tensor, graphs: MessageGraphs, rows: Tensor, slot: tuple[int, int],
-            unbiased: bool):
-    """Hook on a chunk's source rows: push their gradient into ``Gbuf`` (see module docstring)."""
+def _pusher(gbuf: Tensor, graphs: MessageGraphs, module: nn.Module, key: int, chunk: int,
+            unbiased: bool, sync: Any, deferred: list[tuple[Tensor, Tensor]]):
+    """Hook on a chunk's source rows: push their gradient into ``Gbuf`` (see module docstring).
+
+    In the hybrid, the pushes of the chunks the other ways run at this step arrive here too
+    (the hook runs before the chunk's own input gradient reads ``Gbuf``). With unbiased gradients
+    they count once for this chunk, as a linear layer's pull reads their fresh ``dZ`` rows once,
+    and twice for the chunks after it: the second half waits in ``deferred``."""
     def push(grad: Tensor) -> None:
-        if unbiased:
-            gbuf.index_add_(0, rows, 2.0 * grad)
-            return
-        previous = graphs.pushed.get(slot)
-        gbuf.index_add_(0, rows, grad if previous is None else grad - previous)
-        graphs.pushed[slot] = grad.detach().clone()
+        pushes = {chunk: grad}
+        if sync is not None:
+            pushes.update(sync.share_pushed(
+                key, chunk, grad, lambda c: graphs.local(module, c).others.numel()))
+        for c, g in pushes.items():
+            rows = graphs.local(module, c).others
+            if unbiased:
+                gbuf.index_add_(0, rows, 2.0 * g if c == chunk else g)
+                if c != chunk:
+                    deferred.append((rows, g))
+                continue
+            previous = graphs.pushed.get((key, c))
+            gbuf.index_add_(0, rows, g if previous is None else g - previous)
+            graphs.pushed[key, c] = g.detach().clone()
     return push
 
 
 def chunk_message_passing(cctx: Any, module: nn.Module, h: Tensor, key: int) -> Tensor:
     """``ChunkContext.message_passing``: chunk ``cctx.chunk``'s output rows with historical
-    sources, a pushing backward, and recomputation's replay (the sources are cached)."""
+    sources, a pushing backward, and recomputation's replay (the sources are cached). In the
+    hybrid, fresh rows and pushes are shared with the other ways (``ex.sync``)."""
     ex = cctx.ex
-    if ex.sync is not None:
-        raise ValueError("mode: 'hybrid' does not run message-passing layers yet; use 'pipeline', "
-                         "'local' or 'graph'")
     if ex.message_graphs is None:
         raise RuntimeError("message_passing: the stage's adjacency has no edge_index")
     graph = ex.message_graphs.local(module, cctx.chunk)
+    if ex.sync is not None and graph.variant[1] != "source_to_target":
+        raise ValueError(f"mode: 'hybrid' shares the rows messages flow from; "
+                         f"{type(module).__name__} has flow={graph.variant[1]!r}, expected "
+                         f"'source_to_target' (or use 'pipeline')")
     buf = ex.buffers_for(key, h.size(1), h.dtype)
     lo, hi = cctx.lo, cctx.hi
     if cctx.replay and cctx.cache is not None:
         src = cctx.cache[key]
     else:
         buf.H[lo:hi] = h.detach()
+        if ex.sync is not None:
+            ex.sync.share_h(key, buf, cctx.chunk)
         src = buf.H[graph.others]
         if cctx.cache is not None:
             cctx.cache[key] = src
     if torch.is_grad_enabled() and h.requires_grad:
-        h = _AddPushed.apply(h, buf.dZ, lo, hi)
+        deferred: list[tuple[Tensor, Tensor]] = []
+        h = _AddPushed.apply(h, buf.dZ, lo, hi, deferred)
         src = src.detach().requires_grad_(True)
-        src.register_hook(_pusher(buf.dZ, ex.message_graphs, graph.others, (key, cctx.chunk),
-                                  ex.techniques.unbiased_grad))
+        src.register_hook(_pusher(buf.dZ, ex.message_graphs, module, key, cctx.chunk,
+                                  ex.techniques.unbiased_grad, ex.sync, deferred))
     return call_module(module, torch.cat([h, src]), graph)
 
 

@@ -4,6 +4,7 @@ step, and all-reduce their weight gradients once per epoch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,6 +47,16 @@ class WaySync:
 
     def share_dz(self, key: int, buf: LayerBuffers, chunk: int) -> Tensor | None:
         return self._exchange(buf.dZ, chunk, self.backward_rows, "boundary_grad")
+
+    def share_pushed(self, key: int, chunk: int, grad: Tensor,
+                     rows_of: Callable[[int], int]) -> dict[int, Tensor]:
+        received = {}
+        for w, peer in self.peers.items():
+            self.comm.isend(grad, peer, "boundary_grad", chunk)
+            other = self.step_chunks[w]
+            received[other] = self.comm.irecv((rows_of(other), grad.size(1)), peer, other)
+        self.comm.wait_all()
+        return received
 
 
 class HybridStage(PipelineStage):

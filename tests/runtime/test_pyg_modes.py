@@ -1,5 +1,6 @@
-"""PyG models on real Dask workers: ``pipeline`` equals ``local``, ``graph`` equals ``single``, and
-the bytes sent equal ``gp.comm_volume`` (graph parallelism exchanges each layer's input width)."""
+"""PyG models on real Dask workers: ``pipeline`` equals ``local``, ``graph`` equals ``single``, the
+hybrid's linear case equals the built-in one, and the bytes sent equal ``gp.comm_volume`` (graph
+parallelism and the hybrid exchange each layer's input width)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import cloudpickle
 import pytest
 import torch
+from mirrored_blocks import mirrored
 from torch import nn
 from torch_geometric.nn import GATConv, MessagePassing, Sequential
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
@@ -49,7 +51,7 @@ def _rel(a, b) -> float:
 
 
 def _training_bytes(run) -> int:
-    kinds = ["activation", "gradient", "halo", "halo_grad"]
+    kinds = ["activation", "gradient", "halo", "halo_grad", "boundary", "boundary_grad"]
     return int(run.comm[run.comm["kind"].isin(kinds)]["bytes"].sum())
 
 
@@ -87,3 +89,33 @@ def test_pyg_graph_equals_single(cluster, small_graph, name):
     assert (graph.history["val_acc"] - single.history["val_acc"]).abs().max() < 1e-6
     predicted = gp.comm_volume(model, small_graph, "graph", parts=2)
     assert _training_bytes(graph) == EPOCHS * predicted
+
+
+@pytest.mark.parametrize("techniques", [True, {"unbiased_grad": False}])
+def test_pyg_hybrid_linear_layer_equals_builtin(cluster, small_graph, techniques):
+    """Two ways x two stages: a GCN whose aggregation is PyG's LGConv trains exactly like the
+    built-in GCN (pushes shared between ways = the pull's shared dZ rows), bytes as predicted."""
+    ref, mirror = mirrored("gcn", small_graph)
+    kwargs = {"stages": 2, "ways": 2, "chunks": 8, "epochs": EPOCHS, "techniques": techniques,
+              "cluster": cluster, "progress": False}
+    want = gp.train(copy.deepcopy(ref), small_graph, "hybrid", **kwargs)
+    got = gp.train(copy.deepcopy(mirror), small_graph, "hybrid", **kwargs)
+    assert _rel(got.history["loss"], want.history["loss"]) < 1e-5
+    predicted = gp.comm_volume(mirror, small_graph, "hybrid", stages=2, ways=2, chunks=8)
+    assert _training_bytes(got) == EPOCHS * predicted
+    assert predicted != gp.comm_volume(ref, small_graph, "hybrid", stages=2, ways=2, chunks=8)
+
+
+@pytest.mark.parametrize("name", ["GAT", "custom"])
+def test_pyg_hybrid_bytes_and_one_way_equals_pipeline(cluster, small_graph, name):
+    model = MODELS[name](small_graph.num_features)
+    hybrid = gp.train(copy.deepcopy(model), small_graph, "hybrid", stages=2, ways=2, chunks=8,
+                      epochs=EPOCHS, cluster=cluster, progress=False)
+    predicted = gp.comm_volume(model, small_graph, "hybrid", stages=2, ways=2, chunks=8)
+    assert _training_bytes(hybrid) == EPOCHS * predicted
+    assert hybrid.history["loss"].iloc[-1] < hybrid.history["loss"].iloc[0]
+    one_way = gp.train(copy.deepcopy(model), small_graph, "hybrid", stages=2, ways=1, chunks=8,
+                       epochs=EPOCHS, cluster=cluster, progress=False)
+    pipe = gp.train(copy.deepcopy(model), small_graph, "pipeline", stages=2, chunks=8,
+                    epochs=EPOCHS, cluster=cluster, progress=False)
+    assert _rel(one_way.history["loss"], pipe.history["loss"]) < 1e-5
