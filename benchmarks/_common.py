@@ -36,10 +36,13 @@ def output_dir(args: argparse.Namespace) -> Path | None:
     return args.out or (None if args.quick else RESULTS)
 
 
-def run_child(script: str, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run ``script --child cfg`` in a fresh interpreter; its last stdout line is the result."""
+def run_child(script: str, cfg: dict[str, Any],
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``script --child cfg`` in a fresh interpreter (with ``env`` added to the environment);
+    its last stdout line is the result."""
     proc = subprocess.run([sys.executable, script, "--child", json.dumps(cfg)],
-                          check=False, capture_output=True, text=True)
+                          check=False, capture_output=True, text=True,
+                          env=None if env is None else {**os.environ, **env})
     if proc.returncode != 0:
         raise RuntimeError(f"child {cfg} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -104,3 +107,48 @@ def write_results(out: Path, name: str, record: dict[str, Any], markdown: str, *
     raw.write_text(json.dumps(record, indent=indent, default=default) + end)
     text.write_text(markdown)
     print(f"wrote {raw} and {text}")
+
+
+def run_pool(fn: Callable[..., dict[str, Any]], jobs: list[tuple], workers: int, threads: int,
+             describe: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
+    """``fn(*job)`` for every job in ``workers`` spawned processes of ``threads`` torch threads
+    each (``fn`` must be importable there); print ``describe(result)`` as each finishes."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    results, start = [], time.perf_counter()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                             initializer=_set_threads, initargs=(threads,)) as pool:
+        for fut in as_completed([pool.submit(fn, *job) for job in jobs]):
+            results.append(fut.result())
+            print(f"[{time.perf_counter() - start:6.0f}s] {describe(results[-1])}", flush=True)
+    return results
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def accuracy_rows(results: list[dict[str, Any]], keys: list[str]) -> Any:
+    """Per distinct ``keys`` value (in first-seen order): test accuracy at best validation per
+    seed, mean, sample std, best epochs and median epoch time, as a DataFrame."""
+    import statistics
+
+    import pandas as pd
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    rows = []
+    for key, rs in groups.items():
+        rs.sort(key=lambda r: r["seed"])
+        accs = [r["test_acc"] for r in rs]
+        rows.append({**dict(zip(keys, key)), "seeds": " ".join(str(r["seed"]) for r in rs),
+                     "per_seed": " ".join(f"{a:.3f}" for a in accs),
+                     "mean": statistics.mean(accs),
+                     "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                     "best_epoch": " ".join(str(r["epoch"]) for r in rs),
+                     "epoch_s": statistics.median(r["median_epoch_s"] for r in rs)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,171 @@
+"""Accuracy of PyG models pipelined against the same model trained single (issue: within 1.5
+points), and GCNII-32 on the Facebook graph.
+
+Cases (500 epochs, seeds 0, 1, 2; test accuracy at the best-validation epoch):
+
+* ``cora/gat`` and ``facebook/gat``: ``torch_geometric.nn.models.GAT`` (4 layers, hidden 64,
+  4 heads, no dropout: GAT's dropout is attention dropout, which chunks cannot reproduce),
+  Adam lr 0.005, weight decay 5e-4;
+* ``facebook/gcnii32``: ``gp.models.gcnii`` (32 layers, hidden 64, alpha 0.1, theta 0.5, dropout
+  0.6), Adam lr 0.01, weight decay 5e-4 (GNN layers 0.01), as in ``tests/test_accuracy.py``.
+
+Configurations: ``single`` (exact full graph) and the chunked epoch with 2 stages x 8 chunks:
+``local`` with gnnpipe's default techniques and, for GAT, ``local_no_unbiased`` (unbiased
+gradients off). ``local`` computes exactly what ``pipeline`` computes (``pipeline`` equals
+``local`` to 1e-5 in tests/runtime/test_pyg_modes.py); it runs in one process here so that two
+runs share the two cores. ``--pipeline-check`` also trains the first case's ``local`` seed 0 as a
+real 2-rank ``pipeline`` and records both best epochs.
+
+Facebook evaluates every 5th epoch (``eval_every=5``; its forward pass on 4,714-wide features is a
+third of an epoch), Cora every epoch.
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/pyg_accuracy.py                    # all cases (~60-90 min, 2 cores)
+    .venv/bin/python benchmarks/pyg_accuracy.py --cases cora/gat   # one case
+    .venv/bin/python benchmarks/pyg_accuracy.py --quick            # smoke test, writes nothing
+
+Writes ``benchmarks/results/pyg_accuracy.json`` and ``.md`` (a run of some cases keeps the other
+cases' earlier rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from _common import (
+    accuracy_rows,
+    add_output_args,
+    environment,
+    finish,
+    output_dir,
+    payload,
+    run_pool,
+    write_results,
+)
+
+CASES: dict[str, dict[str, Any]] = {
+    "cora/gat": {"data": "cora", "model": "gat", "eval_every": 1},
+    "facebook/gat": {"data": "facebook", "model": "gat", "eval_every": 5},
+    "facebook/gcnii32": {"data": "facebook", "model": "gcnii32", "eval_every": 5},
+}
+CONFIGS: dict[str, dict[str, Any]] = {
+    "single": {"mode": "single"},
+    "local": {"mode": "local", "stages": 2, "chunks": 8},
+    "local_no_unbiased": {"mode": "local", "stages": 2, "chunks": 8,
+                          "techniques": {"unbiased_grad": False}},
+    "local_no_snapshot": {"mode": "local", "stages": 2, "chunks": 8,
+                          "techniques": {"snapshot": False}},
+    "local_fresh": {"mode": "local", "stages": 2, "chunks": 8,
+                    "techniques": {"snapshot": False, "unbiased_grad": False}},
+}
+CASE_CONFIGS = {"gat": ["single", "local", "local_no_unbiased"], "gcnii32": ["single", "local"]}
+
+
+def build(model: str, data: Any) -> tuple[Any, dict[str, Any]]:
+    """The model and its optimiser settings."""
+    import gnnpipe as gp
+
+    classes = int(data.y.max()) + 1
+    if model == "gat":
+        from torch_geometric.nn.models import GAT
+
+        return (GAT(data.num_features, 64, 4, out_channels=classes, heads=4),
+                {"lr": 0.005, "weight_decay": 5e-4})
+    return (gp.models.gcnii(data.num_features, hidden=64, out_dim=classes, layers=32, alpha=0.1,
+                            theta=0.5, dropout=0.6),
+            {"lr": 0.01, "weight_decay": 5e-4, "gnn_weight_decay": 0.01})
+
+
+def run_one(case: str, config: str, seed: int, epochs: int, mode: str | None = None) -> dict[str, Any]:
+    """Train one (case, configuration, seed); ``mode`` overrides the configuration's mode."""
+    import torch
+
+    import gnnpipe as gp
+
+    spec, cfg = CASES[case], dict(CONFIGS[config])
+    data = gp.datasets.load(spec["data"])
+    torch.manual_seed(seed)
+    model, opt = build(spec["model"], data)
+    cfg["mode"] = mode or cfg["mode"]
+    start = time.perf_counter()
+    run = gp.train(model, data, epochs=epochs, seed=seed, eval_every=spec["eval_every"],
+                   progress=False, **opt, **cfg)
+    h = run.history
+    return {"case": case, "config": config, "mode": cfg["mode"], "seed": seed, **run.best,
+            "final_loss": float(h.loss.iloc[-1]), "median_epoch_s": float(h.epoch_time.median()),
+            "wall_s": time.perf_counter() - start}
+
+
+def markdown(df: Any, env: dict[str, Any], args: argparse.Namespace,
+             check: dict[str, Any] | None) -> str:
+    lines = [f"# PyG models pipelined vs single ({args.epochs} epochs)", "",
+             (f"{env['date']} · torch {env['torch']} · {env['workers']} processes × "
+              f"{env['threads']} thread · {env['cpu']} ({env['cpu_count']} CPUs, shared) · "
+              f"chunked = 2 stages × 8 chunks"), "",
+             ("| case | configuration | test acc per seed | mean ± std | vs single | best-val epochs "
+             "| s/epoch |"), "|---|---|---|---:|---:|---|---:|"]
+    for case, rows in df.groupby("case", sort=False):
+        single = rows[rows["config"] == "single"]["mean"]
+        for r in rows.itertuples():
+            gap = f"{r.mean - float(single.iloc[0]):+.3f}" if len(single) and r.config != "single" else ""
+            lines.append(f"| {case} | {r.config} | {r.per_seed} | {r.mean:.3f} ± {r.std:.3f} | "
+                         f"{gap} | {r.best_epoch} | {r.epoch_s:.2f} |")
+    lines += ["", ("Test accuracy at the best-validation epoch among the evaluated ones (Cora every "
+              "epoch, Facebook every 5th); std over seeds. `local` is the chunked epoch `pipeline` "
+              "runs (equal to 1e-5 in the tests).")]
+    if check:
+        lines += ["", (f"Pipeline check ({check['case']}, seed 0, real 2-rank `pipeline`): best epoch "
+                       f"{check['pipeline']['epoch']} test {check['pipeline']['test_acc']:.4f} vs "
+                       f"`local` epoch {check['local']['epoch']} test "
+                       f"{check['local']['test_acc']:.4f}.")]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--epochs", type=int, default=500)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--configs", nargs="+", choices=list(CONFIGS),
+                    help="configurations (default: each case's own list)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--pipeline-check", action="store_true")
+    add_output_args(ap)
+    args = ap.parse_args()
+    if args.quick:
+        args.epochs, args.seeds, args.cases = 3, [0], ["cora/gat"]
+    out, threads = output_dir(args), 1
+    env, start = environment(threads=threads, workers=args.workers), time.perf_counter()
+    jobs = [(case, config, seed, args.epochs) for case in args.cases for seed in args.seeds
+            for config in args.configs or CASE_CONFIGS[CASES[case]["model"]]]
+    results = run_pool(run_one, jobs, args.workers, threads, lambda r: (
+        f"{r['case']:17s} {r['config']:18s} seed {r['seed']}  test@best-val {r['test_acc']:.3f} "
+        f"(epoch {r['epoch']})  {r['median_epoch_s']:.2f} s/epoch"))
+    check = None
+    if args.pipeline_check:
+        case = args.cases[0]
+        local = next(r for r in results if r["case"] == case and r["config"] == "local"
+                     and r["seed"] == 0)
+        check = {"case": case, "local": local, "pipeline": run_one(case, "local", 0, args.epochs,
+                                                                   mode="pipeline")}
+        print("pipeline check:", check["pipeline"]["test_acc"], "local:", local["test_acc"])
+    finish(env, start)
+    if out is not None and (out / "pyg_accuracy.json").exists():
+        kept = [r for r in json.loads((out / "pyg_accuracy.json").read_text())["runs"]
+                if r["case"] not in args.cases]
+        results = kept + results
+    results.sort(key=lambda r: (list(CASES).index(r["case"]), list(CONFIGS).index(r["config"]),
+                                r["seed"]))
+    df = accuracy_rows(results, ["case", "config"])
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if out is not None:
+        write_results(out, "pyg_accuracy", payload(env, df, results, args),
+                      markdown(df, env, args, check))
+
+
+if __name__ == "__main__":
+    main()
