@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from gnnpipe.engine.message_passing import check_module
+from gnnpipe.engine.message_passing import check_exact_in_graph_mode, check_module
 from gnnpipe.models import Block, LayerStack
 
 #: A model part, (kind, op, reads, writes): kind ``conv`` (op: a MessagePassing), ``module``
@@ -78,8 +78,10 @@ def _batch_statistics() -> tuple[type, ...]:
             JumpingKnowledge, aggr.Aggregation)
 
 
-def _check_rowwise(module: Any, where: str) -> None:
-    """Every part of ``module`` computes each row from that row alone (and keys no randomness)."""
+def _check_rowwise(module: Any, where: str, in_layer: bool = False) -> None:
+    """Every part of ``module`` computes each row from that row alone, and draws no random
+    numbers unless it runs ``in_layer`` (inside a message-passing call, whose generator gnnpipe
+    seeds per chunk)."""
     if not isinstance(module, nn.Module):
         return
     from torch_geometric.nn import MessagePassing
@@ -96,7 +98,7 @@ def _check_rowwise(module: Any, where: str) -> None:
                              f"nodes, or every layer's output), which differ per chunk and "
                              f"partition; use a row-wise norm (torch.nn.LayerNorm, or "
                              f"norm='layer_norm' with norm_kwargs={{'mode': 'node'}}) or none")
-        if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0.0:
+        if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0.0 and not in_layer:
             raise ValueError(f"{part}: {type(sub).__name__}(p={sub.p}) inside a part draws masks "
                              f"from torch's global generator, which chunked and distributed modes "
                              f"cannot reproduce; make it a torch.nn.Dropout step of its own")
@@ -109,7 +111,7 @@ def _check_conv(conv: Any, where: str) -> None:
     check_module(conv, where)
     for path, sub in conv.named_children():
         if not isinstance(sub, Aggregation):
-            _check_rowwise(sub, f"{where}.{path}")
+            _check_rowwise(sub, f"{where}.{path}", in_layer=True)
 
 
 # --------------------------------------------------------------------------- BasicGNN
@@ -118,13 +120,6 @@ def _basic_gnn_blocks(model: Any) -> list[PyGBlock]:
         raise ValueError(f"model.jk: jumping knowledge {model.jk_mode!r} combines the outputs of "
                          f"every layer at the end, which no chunk or stage split can run layer by "
                          f"layer; use jk=None or jk='last'")
-    from torch_geometric.nn.models import GAT
-
-    if isinstance(model, GAT) and model.dropout.p > 0.0:
-        raise ValueError(f"model.dropout: GAT passes dropout={model.dropout.p} into every GATConv "
-                         f"as attention dropout, drawn from torch's global generator, which "
-                         f"chunked and distributed modes cannot reproduce; build GAT with "
-                         f"dropout=0.0 (feature dropout: a Sequential with nn.Dropout steps)")
     blocks = []
     for i, (conv, norm) in enumerate(zip(model.convs, model.norms)):
         _check_conv(conv, f"model.convs.{i}")
@@ -315,6 +310,12 @@ def for_training(model: Any, mode: str, data: Any = None) -> Any:
     model = as_stack(model, data)
     if isinstance(model, LayerStack):
         ship_generated_code(model)
+    if mode == "graph" and isinstance(model, LayerStack):
+        from torch_geometric.nn import MessagePassing
+
+        for name, module in model.named_modules():
+            if isinstance(module, MessagePassing):
+                check_exact_in_graph_mode(module, f"model.{name}")
     if mode == "hybrid" and isinstance(model, LayerStack):
         for name, module in model.named_modules():
             if getattr(module, "flow", "source_to_target") != "source_to_target":

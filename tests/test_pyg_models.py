@@ -160,9 +160,9 @@ def test_historical_gradients_are_exact_at_a_fixed_point(small_graph):
     (lambda: GCN(24, 16, 3, out_channels=4, norm="batch_norm"), r"model\.norms\.0: BatchNorm"),
     (lambda: GCN(24, 16, 3, out_channels=4, norm="layer_norm"), r"model\.norms\.0: LayerNorm.*'node'"),
     (lambda: GCN(24, 16, 3, out_channels=4, jk="cat"), r"model\.jk: jumping knowledge 'cat'"),
-    (lambda: GAT(24, 16, 3, out_channels=4, dropout=0.5), r"model\.dropout: GAT passes dropout"),
-    (lambda: Sequential("x, edge_index", [(GATConv(24, 4, dropout=0.2), "x, edge_index -> x")]),
-     r"model\[0\] \(module_0\): GATConv drops out"),
+    (lambda: Sequential("x, edge_index", [
+        (nn.Sequential(nn.Linear(24, 4), nn.Dropout(0.2)), "x -> x")]),
+     r"model\[0\] \(module_0\)\.1: Dropout\(p=0\.2\) inside a part"),
     (lambda: GIN(24, 16, 2, out_channels=4, norm="batch_norm"), r"model\.convs\.0\.nn.*BatchNorm"),
     (lambda: Sequential("x, edge_index", [(SGConv(24, 4, K=2), "x, edge_index -> x")]),
      r"model\[0\].*SGConv propagates K hops"),
@@ -181,6 +181,33 @@ def test_row_wise_layer_norm_is_accepted(small_graph):
     reference = plain_losses(copy.deepcopy(model), small_graph, EPOCHS)
     run = gp.train(model, small_graph, "local", chunks=1, epochs=EPOCHS, progress=False)
     assert _rel(run.history["loss"].to_numpy(), reference) < 1e-5
+
+
+def test_attention_dropout_is_keyed_like_feature_dropout(small_graph):
+    """GAT's own (attention) dropout draws from a generator seeded per (epoch, chunk, layer):
+    one chunk equals single exactly, a replay under recompute draws the same masks, and the
+    masks do change the result."""
+    model = GAT(small_graph.num_features, 16, 3, out_channels=4, heads=2, dropout=0.5)
+    single = gp.train(copy.deepcopy(model), small_graph, "single", epochs=EPOCHS, progress=False)
+    one = gp.train(copy.deepcopy(model), small_graph, "local", chunks=1, epochs=EPOCHS,
+                   progress=False)
+    assert _rel(one.history["loss"], single.history["loss"]) < 1e-5
+    chunked = [gp.train(copy.deepcopy(model), small_graph, "local", stages=2, chunks=4,
+                        epochs=EPOCHS, recompute=recompute, progress=False)
+               for recompute in (False, True)]
+    assert _rel(chunked[1].history["loss"], chunked[0].history["loss"]) < 1e-5
+    plain = copy.deepcopy(model)
+    for conv in plain.convs:
+        conv.dropout = 0.0
+    no_attention = gp.train(plain, small_graph, "single", epochs=EPOCHS, progress=False)
+    assert _rel(no_attention.history["loss"], single.history["loss"]) > 1e-3
+
+
+def test_graph_mode_refuses_in_layer_dropout_before_any_worker(small_graph):
+    model = GAT(small_graph.num_features, 16, 2, out_channels=4, dropout=0.3)
+    with pytest.raises(ValueError, match=r"model\.blocks\.0\.mods\.0: drops out inside the layer"):
+        gp.train(model, small_graph, "graph", parts=2, epochs=1, cluster="tcp://127.0.0.1:1",
+                 progress=False)
 
 
 def test_hybrid_refuses_reversed_flow_before_any_worker(small_graph):

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from gnnpipe.engine.graph import Adjacency
 from gnnpipe.engine.message_passing import MessageGraphs, chunk_message_passing
-from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed
+from gnnpipe.engine.single import LAYER_RNG_KEY, chunk_loss, keyed_dropout, mask_seed
 from gnnpipe.models import LayerStack
 
 
@@ -176,7 +176,8 @@ class ChunkContext:
     def message_passing(self, module: torch.nn.Module, h: Tensor, key: int) -> Tensor:
         """PyG ``module`` on the edges into this chunk, sources from ``Hbuf``; a pushing
         backward (:mod:`gnnpipe.engine.message_passing`)."""
-        return chunk_message_passing(self, module, h, key)
+        return chunk_message_passing(self, module, h, key, mask_seed(
+            self.ex.seed, self.epoch, self.chunk, key + LAYER_RNG_KEY))
 
     def dropout(self, h: Tensor, p: float, key: int) -> Tensor:
         if p == 0.0:
@@ -252,6 +253,7 @@ class StageExecutor:
         unless :meth:`between_phases` does or did it."""
         self.epoch = epoch
         self.saved.clear()
+        self.model.train()  # layers with their own dropout (GATConv) read module.training
         if self._h_ready_for != epoch:
             self._reset_h()
         if not self.upkeep_between_phases:

@@ -40,7 +40,7 @@ _GCN_NORMED = ("GCNConv", "LGConv")
 
 
 def check_module(module: Any, where: str = "module") -> None:
-    """``module`` is a one-hop PyG ``MessagePassing`` whose randomness gnnpipe can key."""
+    """``module`` is a PyG ``MessagePassing`` that looks one hop and needs only ``(x, edge_index)``."""
     from torch_geometric.nn import MessagePassing
 
     if not isinstance(module, MessagePassing):
@@ -53,15 +53,41 @@ def check_module(module: Any, where: str = "module") -> None:
         raise ValueError(f"{where}: {name} {reason}, which chunked and graph-parallel training "
                          f"cannot cut into one-hop pieces; use one-hop layers (GCNConv, SAGEConv, "
                          f"GINConv, GATConv, ...)")
+
+
+def inner_dropout(module: nn.Module, where: str = "module") -> str | None:
+    """The path of a part of ``module`` that drops out inside the layer (GATConv's attention
+    dropout, an nn.Dropout in an inner MLP), or None."""
     for path, sub in module.named_modules():
         rate = sub.p if isinstance(sub, nn.Dropout) else getattr(sub, "dropout", None)
         rates = rate if isinstance(rate, (list, tuple)) else [rate]
         if any(isinstance(r, float) and r > 0.0 for r in rates):
-            part = f"{where}.{path}" if path else where
-            raise ValueError(f"{part}: {type(sub).__name__} drops out inside the layer with torch's "
-                             f"global generator, which chunked and distributed modes cannot "
-                             f"reproduce; set its dropout to 0 and drop out between layers "
-                             f"(the model's dropout=, or nn.Dropout in a Sequential)")
+            return f"{where}.{path}" if path else where
+    return None
+
+
+def check_exact_in_graph_mode(module: nn.Module, where: str) -> None:
+    """Graph parallelism equals single: refuse a layer whose own dropout it cannot reproduce."""
+    part = inner_dropout(module, where)
+    if part is not None:
+        raise ValueError(f"{part}: drops out inside the layer, over each partition's own edges, "
+                         f"which mode 'graph' cannot make equal to the whole graph's masks; set "
+                         f"its dropout to 0 or use 'pipeline'")
+
+
+@contextmanager
+def _keyed_rng(seed: int | None, device: torch.device):
+    """Run the layer with torch's generator of ``device`` seeded by ``seed`` (then restored), so
+    its own dropout draws the same masks in every mode, chunk by chunk; no-op for None."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.random.default_generator.manual_seed(seed)
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        yield
 
 
 def _variant(module: nn.Module) -> tuple[Any, ...]:
@@ -165,9 +191,15 @@ def _normalised_already(module: nn.Module, graph: LocalGraph):
         module.normalize = True
 
 
-def call_module(module: nn.Module, x: Tensor, graph: LocalGraph) -> Tensor:
-    """``module(x, edge_index)`` on the local graph; the targets' output rows."""
-    with _normalised_already(module, graph):
+def layer_seed(module: nn.Module, seed: int) -> int | None:
+    """``seed`` if ``module`` is training and drops out inside itself, else None."""
+    return seed if module.training and inner_dropout(module) is not None else None
+
+
+def call_module(module: nn.Module, x: Tensor, graph: LocalGraph, seed: int | None) -> Tensor:
+    """``module(x, edge_index)`` on the local graph (its own randomness seeded by ``seed``); the
+    targets' output rows."""
+    with _normalised_already(module, graph), _keyed_rng(layer_seed(module, seed), x.device):
         if graph.edge_weight is None:
             out = module(x, graph.edge_index)
         else:
@@ -178,13 +210,16 @@ def call_module(module: nn.Module, x: Tensor, graph: LocalGraph) -> Tensor:
     return out[:graph.num_targets]
 
 
-def full_message_passing(module: nn.Module, h: Tensor, edge_index: Tensor | None) -> Tensor:
-    """The exact whole-graph call ``module(h, edge_index)``."""
+def full_message_passing(module: nn.Module, h: Tensor, edge_index: Tensor | None,
+                         seed: int) -> Tensor:
+    """The exact whole-graph call ``module(h, edge_index)``, its own randomness seeded by
+    ``seed`` (as chunk 0 of a one-chunk run seeds it)."""
     if edge_index is None:
         raise RuntimeError("message_passing: this adjacency has no edge_index; build it with "
                            "gnnpipe.engine.graph.normalized_adjacency")
     check_module(module)
-    out = module(h, edge_index)
+    with _keyed_rng(layer_seed(module, seed), h.device):
+        out = module(h, edge_index)
     if not isinstance(out, Tensor) or out.dim() != 2 or out.size(0) != h.size(0):
         raise TypeError(f"module: {type(module).__name__} must return one [nodes, width] tensor, "
                         f"got {type(out).__name__}")
@@ -238,7 +273,8 @@ def _pusher(gbuf: Tensor, graphs: MessageGraphs, module: nn.Module, key: int, ch
     return push
 
 
-def chunk_message_passing(cctx: Any, module: nn.Module, h: Tensor, key: int) -> Tensor:
+def chunk_message_passing(cctx: Any, module: nn.Module, h: Tensor, key: int,
+                          seed: int) -> Tensor:
     """``ChunkContext.message_passing``: chunk ``cctx.chunk``'s output rows with historical
     sources, a pushing backward, and recomputation's replay (the sources are cached). In the
     hybrid, fresh rows and pushes are shared with the other ways (``ex.sync``)."""
@@ -267,7 +303,7 @@ def chunk_message_passing(cctx: Any, module: nn.Module, h: Tensor, key: int) -> 
         src = src.detach().requires_grad_(True)
         src.register_hook(_pusher(buf.dZ, ex.message_graphs, module, key, cctx.chunk,
                                   ex.techniques.unbiased_grad, ex.sync, deferred))
-    return call_module(module, torch.cat([h, src]), graph)
+    return call_module(module, torch.cat([h, src]), graph, seed)
 
 
 # --------------------------------------------------------------------------- graph parallel
@@ -309,8 +345,10 @@ def halo_message_passing(gctx: Any, module: nn.Module, h: Tensor, key: int) -> T
     if graphs is None:
         raise RuntimeError("message_passing: this halo plan has no edge_index")
     graph = graphs.local(module, 0)
+    if gctx.training and module.training:
+        check_exact_in_graph_mode(module, type(module).__name__)
     if gctx.training and torch.is_grad_enabled():
         x = _HaloRows.apply(h, gctx)
     else:
         x = torch.cat([h, gctx.exchange(h, gctx.kind)])
-    return call_module(module, x, graph)
+    return call_module(module, x, graph, None)

@@ -21,6 +21,11 @@ def mask_seed(seed: int, epoch: int, chunk: int, key: int) -> int:
     return int(state[0]) << 31 ^ int(state[1])
 
 
+#: Added to a layer's key for the seed of the layer's own randomness (``message_passing``), so it
+#: differs from the seed of the dropout masks the same key draws between layers.
+LAYER_RNG_KEY = 1 << 29
+
+
 def keyed_dropout(h: Tensor, p: float, seed: int) -> Tensor:
     """Inverted dropout whose mask depends only on ``seed`` (and ``h``'s shape)."""
     gen = torch.Generator(device=h.device).manual_seed(seed)
@@ -40,7 +45,8 @@ class FullGraphContext:
 
     def message_passing(self, module: torch.nn.Module, h: Tensor, key: int) -> Tensor:
         """PyG ``module(h, edge_index)`` on the whole graph."""
-        return full_message_passing(module, h, self.adj.edge_index)
+        return full_message_passing(module, h, self.adj.edge_index, mask_seed(
+            self.seed, self.epoch, self.chunk, key + LAYER_RNG_KEY))
 
     def dropout(self, h: Tensor, p: float, key: int) -> Tensor:
         if not self.training or p == 0.0:

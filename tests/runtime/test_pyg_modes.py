@@ -119,3 +119,13 @@ def test_pyg_hybrid_bytes_and_one_way_equals_pipeline(cluster, small_graph, name
     pipe = gp.train(copy.deepcopy(model), small_graph, "pipeline", stages=2, chunks=8,
                     epochs=EPOCHS, cluster=cluster, progress=False)
     assert _rel(one_way.history["loss"], pipe.history["loss"]) < 1e-5
+
+
+def test_pyg_attention_dropout_pipeline_equals_local(cluster, small_graph):
+    """GAT's attention dropout is seeded per (epoch, chunk, layer), so ranks draw local's masks."""
+    model = GAT(small_graph.num_features, 16, 4, out_channels=4, heads=2, dropout=0.5)
+    local = gp.train(copy.deepcopy(model), small_graph, "local", stages=2, chunks=4,
+                     epochs=EPOCHS, progress=False)
+    pipe = gp.train(copy.deepcopy(model), small_graph, "pipeline", stages=2, chunks=4,
+                    epochs=EPOCHS, cluster=cluster, progress=False)
+    assert _rel(pipe.history["loss"], local.history["loss"]) < 1e-5
