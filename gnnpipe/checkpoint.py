@@ -139,11 +139,10 @@ def optimizer_shard(optimizer: torch.optim.Optimizer, model: LayerStack) -> dict
 
 
 def buffer_shard(executor: StageExecutor) -> dict[str, dict[str, Tensor]]:
-    """The stage's historical buffers by block key (``H``, ``dZ`` and ``snap`` if kept)."""
+    """The stage's historical buffers by block key (``H``; ``dZ`` and ``snap`` if allocated)."""
     out = {}
     for key, buf in executor.buffers.items():
-        tensors = {"H": buf.H, "dZ": buf.dZ, **({"snap": buf.snap} if buf.snap is not None else {})}
-        out[str(key)] = {k: v.cpu().clone() for k, v in tensors.items()}
+        out[str(key)] = {k: v.cpu().clone() for k, v in buf.tensors().items()}
     return out
 
 
@@ -202,9 +201,8 @@ def restore_buffers(executor: StageExecutor, shards: list[dict[str, Any]],
         for key, tensors in s["buffers"].items():
             k = int(key)
             if start <= k < stop and ("snap" in tensors) == executor.techniques.snapshot:
-                executor.buffers[k] = LayerBuffers(
-                    tensors["H"].to(executor.device).clone(), tensors["dZ"].to(executor.device).clone(),
-                    tensors["snap"].to(executor.device).clone() if "snap" in tensors else None)
+                on = {name: t.to(executor.device).clone() for name, t in tensors.items()}
+                executor.buffers[k] = LayerBuffers(on["H"], on.get("snap"), on.get("dZ"))
     blocks = executor.model.blocks
     fresh = [k for k in range(start, stop) if blocks[k].aggregates and k not in executor.buffers]
     if fresh:

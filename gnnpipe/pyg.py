@@ -6,7 +6,8 @@ stack trains the user's object.
 Each message-passing layer becomes (the head of) a block and runs through
 ``ctx.message_passing`` (:mod:`gnnpipe.engine.message_passing`); pointwise parts (activations,
 row-wise norms, linear heads, residual sums in a Sequential) run as they are, and ``nn.Dropout``
-becomes ``ctx.dropout`` with the same ``p`` so its masks are keyed by (seed, epoch, chunk, layer).
+becomes ``ctx.dropout`` with the same ``p`` so its masks are keyed by (seed, epoch, chunk, layer);
+a layer's own dropout (GAT's attention dropout) draws from a generator seeded by the same key.
 Parts whose output depends on other rows than their own (batch statistics, jumping knowledge over
 every layer) cannot be chunked and are refused, naming the part.
 """

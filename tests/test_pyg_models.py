@@ -121,15 +121,15 @@ def chunked_grads(model: LayerStack, graph, techniques, epochs: int, chunks: int
         for c in reversed(order):
             ex.backward(c)
         ex.end_epoch()
-    return [p.grad.clone() for p in model.parameters()], data, adj
+    return [p.grad.clone() for p in model.parameters()], data, adj, ex
 
 
 @pytest.mark.parametrize("family", ["gcn", "sage"])
 @pytest.mark.parametrize("techniques", [True, {"unbiased_grad": False}, False])
 def test_linear_message_passing_equals_aggregate(family, techniques, small_graph):
     ref, mirror = mirrored(family, small_graph)
-    want, _, _ = chunked_grads(copy.deepcopy(ref), small_graph, techniques, epochs=3)
-    got, _, _ = chunked_grads(copy.deepcopy(mirror), small_graph, techniques, epochs=3)
+    want, *_ = chunked_grads(copy.deepcopy(ref), small_graph, techniques, epochs=3)
+    got, *_ = chunked_grads(copy.deepcopy(mirror), small_graph, techniques, epochs=3)
     for a, b in zip(got, want):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
     a = gp.train(copy.deepcopy(ref), small_graph, "local", stages=2, chunks=4, epochs=EPOCHS,
@@ -144,14 +144,16 @@ def test_historical_gradients_are_exact_at_a_fixed_point(small_graph):
     Jacobians, a nonlinear layer's chunked gradients are the full-graph ones; with the unbiased
     technique on they are not (other chunks' pushes count 2x or not yet)."""
     model = gp.models.from_pyg(GAT(small_graph.num_features, 16, 2, out_channels=4, heads=2))
-    got, data, adj = chunked_grads(model, small_graph, False, epochs=5)
+    got, data, adj, ex = chunked_grads(model, small_graph, False, epochs=5)
     model.zero_grad(set_to_none=True)
     logits = model(data.x, FullGraphContext(adj, training=True))
     chunk_loss(logits, data.y, data.train_mask, int(data.train_mask.sum())).backward()
     exact = [p.grad.clone() for p in model.parameters()]
     for a, b in zip(got, exact):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
-    unbiased, _, _ = chunked_grads(model, small_graph, {"snapshot": False}, epochs=5)
+    first, second = (ex.buffers[k] for k in sorted(ex.buffers))  # the features need no gradient:
+    assert set(first.tensors()) == {"H"} and set(second.tensors()) == {"H", "dZ"}
+    unbiased, *_ = chunked_grads(model, small_graph, {"snapshot": False}, epochs=5)
     assert not all(torch.allclose(a, b, rtol=1e-3, atol=1e-5) for a, b in zip(unbiased, exact))
 
 

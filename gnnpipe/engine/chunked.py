@@ -80,11 +80,26 @@ def chunk_order(num_chunks: int, seed: int, epoch: int, random_order: bool) -> l
 
 @dataclass
 class LayerBuffers:
-    """Full-graph state of one aggregating block: ``Hbuf``, its snapshot and ``dZbuf``."""
+    """Full-graph state of one aggregating block: ``Hbuf``, its snapshot and ``dZbuf``.
+
+    ``dZbuf`` is allocated on first use: a layer whose input needs no gradient (a first layer
+    reading the features, possibly thousands wide) never has one."""
 
     H: Tensor
-    dZ: Tensor
     snap: Tensor | None
+    grad: Tensor | None = None
+
+    @property
+    def dZ(self) -> Tensor:
+        """``dZbuf`` (for message-passing layers, ``Gbuf``), zeros when first used."""
+        if self.grad is None:
+            self.grad = torch.zeros_like(self.H)
+        return self.grad
+
+    def tensors(self) -> dict[str, Tensor]:
+        """The buffers allocated so far, by name (``H``, ``dZ``, ``snap``)."""
+        named = {"H": self.H, "dZ": self.grad, "snap": self.snap}
+        return {k: v for k, v in named.items() if v is not None}
 
 
 def _rows_reaching_outside(part: Tensor, lo: int, hi: int) -> Tensor:
@@ -237,14 +252,18 @@ class StageExecutor:
     def num_chunks(self) -> int:
         return len(self.rows)
 
-    def buffers_for(self, key: int, width: int, dtype: torch.dtype) -> LayerBuffers:
+    def buffers_for(self, key: int, width: int, dtype: torch.dtype,
+                    grad: bool = True) -> LayerBuffers:
+        """Block ``key``'s buffers, allocated on first use; ``dZbuf`` at once if ``grad``, else
+        when first used."""
         buf = self.buffers.get(key)
         if buf is None:
             shape = (self.num_nodes, width)
             def zeros() -> Tensor:
                 return torch.zeros(shape, dtype=dtype, device=self.device)
 
-            buf = LayerBuffers(zeros(), zeros(), zeros() if self.techniques.snapshot else None)
+            buf = LayerBuffers(zeros(), zeros() if self.techniques.snapshot else None,
+                               zeros() if grad else None)
             self.buffers[key] = buf
         return buf
 
@@ -294,7 +313,8 @@ class StageExecutor:
     def _zero_dz(self) -> None:
         if self.techniques.unbiased_grad:
             for buf in self.buffers.values():
-                buf.dZ.zero_()
+                if buf.grad is not None:
+                    buf.grad.zero_()
 
     def _run(self, chunk: int, inputs: list[Tensor], cache: dict[int, Tensor] | None,
              replay: bool, target: tuple[Tensor, Tensor, int] | None) -> list[Tensor]:

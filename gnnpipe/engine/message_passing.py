@@ -286,7 +286,7 @@ def chunk_message_passing(cctx: Any, module: nn.Module, h: Tensor, key: int,
         raise ValueError(f"mode: 'hybrid' shares the rows messages flow from; "
                          f"{type(module).__name__} has flow={graph.variant[1]!r}, expected "
                          f"'source_to_target' (or use 'pipeline')")
-    buf = ex.buffers_for(key, h.size(1), h.dtype)
+    buf = ex.buffers_for(key, h.size(1), h.dtype, grad=torch.is_grad_enabled() and h.requires_grad)
     lo, hi = cctx.lo, cctx.hi
     if cctx.replay and cctx.cache is not None:
         src = cctx.cache[key]

@@ -202,7 +202,7 @@ class _SliceBench:
     def buffer_bytes(self) -> list[float]:
         n = self.data.num_nodes
         return [sum(t.numel() * t.element_size() for buf in ex.buffers.values()
-                    for t in (buf.H, buf.dZ, buf.snap) if t is not None) / n
+                    for t in buf.tensors().values()) / n
                 for ex in self.executors]
 
 
