@@ -91,13 +91,14 @@ def test_pyg_graph_equals_single(cluster, small_graph, name):
     assert _training_bytes(graph) == EPOCHS * predicted
 
 
-@pytest.mark.parametrize("techniques", [True, {"unbiased_grad": False}])
-def test_pyg_hybrid_linear_layer_equals_builtin(cluster, small_graph, techniques):
+@pytest.mark.parametrize("techniques, recompute", [(True, False), ({"unbiased_grad": False}, False),
+                                                   (True, True)])
+def test_pyg_hybrid_linear_layer_equals_builtin(cluster, small_graph, techniques, recompute):
     """Two ways x two stages: a GCN whose aggregation is PyG's LGConv trains exactly like the
     built-in GCN (pushes shared between ways = the pull's shared dZ rows), bytes as predicted."""
     ref, mirror = mirrored("gcn", small_graph)
     kwargs = {"stages": 2, "ways": 2, "chunks": 8, "epochs": EPOCHS, "techniques": techniques,
-              "cluster": cluster, "progress": False}
+              "recompute": recompute, "cluster": cluster, "progress": False}
     want = gp.train(copy.deepcopy(ref), small_graph, "hybrid", **kwargs)
     got = gp.train(copy.deepcopy(mirror), small_graph, "hybrid", **kwargs)
     assert _rel(got.history["loss"], want.history["loss"]) < 1e-5
