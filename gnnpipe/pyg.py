@@ -306,21 +306,24 @@ def ship_generated_code(model: nn.Module) -> None:
 
 
 def for_training(model: Any, mode: str, data: Any = None) -> Any:
-    """:func:`as_stack`, refusing modes that cannot run message-passing blocks (before any
-    worker starts)."""
-    model = as_stack(model, data)
-    if isinstance(model, LayerStack):
-        ship_generated_code(model)
-    if mode == "graph" and isinstance(model, LayerStack):
+    """:func:`as_stack`, refusing message-passing layers a mode cannot run (before any worker
+    starts), named as in the model the user passed."""
+    stack = as_stack(model, data)
+    if not isinstance(stack, LayerStack):
+        return stack
+    ship_generated_code(stack)
+    if mode in ("graph", "hybrid"):
         from torch_geometric.nn import MessagePassing
 
-        for name, module in model.named_modules():
-            if isinstance(module, MessagePassing):
-                check_exact_in_graph_mode(module, f"model.{name}")
-    if mode == "hybrid" and isinstance(model, LayerStack):
-        for name, module in model.named_modules():
-            if getattr(module, "flow", "source_to_target") != "source_to_target":
-                raise ValueError(f"model.{name}: mode 'hybrid' shares the rows messages flow "
-                                 f"from; {type(module).__name__} has flow={module.flow!r}, "
-                                 f"expected 'source_to_target' (or use 'pipeline')")
-    return model
+        named = model if isinstance(model, nn.Module) else stack
+        for name, module in named.named_modules():
+            if not isinstance(module, MessagePassing):
+                continue
+            where = f"model.{name}" if name else "model"
+            if mode == "graph":
+                check_exact_in_graph_mode(module, where)
+            elif module.flow != "source_to_target":
+                raise ValueError(f"{where}: mode 'hybrid' shares the rows messages flow from; "
+                                 f"{type(module).__name__} has flow={module.flow!r}, expected "
+                                 f"'source_to_target' (or use 'pipeline')")
+    return stack

@@ -207,7 +207,7 @@ def test_attention_dropout_is_keyed_like_feature_dropout(small_graph):
 
 def test_graph_mode_refuses_in_layer_dropout_before_any_worker(small_graph):
     model = GAT(small_graph.num_features, 16, 2, out_channels=4, dropout=0.3)
-    with pytest.raises(ValueError, match=r"model\.blocks\.0\.mods\.0: drops out inside the layer"):
+    with pytest.raises(ValueError, match=r"model\.convs\.0: drops out inside the layer"):
         gp.train(model, small_graph, "graph", parts=2, epochs=1, cluster="tcp://127.0.0.1:1",
                  progress=False)
 
@@ -215,6 +215,6 @@ def test_graph_mode_refuses_in_layer_dropout_before_any_worker(small_graph):
 def test_hybrid_refuses_reversed_flow_before_any_worker(small_graph):
     model = Sequential("x, edge_index", [
         (GCNConv(small_graph.num_features, 4, flow="target_to_source"), "x, edge_index -> x")])
-    with pytest.raises(ValueError, match=r"model\.blocks\.0\.mods\.0: mode 'hybrid'.*flow"):
+    with pytest.raises(ValueError, match=r"model\.module_0: mode 'hybrid'.*flow"):
         gp.train(model, small_graph, "hybrid", stages=1, ways=2, epochs=1,
                  cluster="tcp://127.0.0.1:1", progress=False)
