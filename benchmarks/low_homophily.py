@@ -17,12 +17,14 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/low_homophily.py            # ~20-30 min on 2 cores
     .venv/bin/python benchmarks/low_homophily.py --quick    # smoke test, writes nothing
 
-Writes ``benchmarks/results/low_homophily.json`` and ``.md``.
+Writes ``benchmarks/results/low_homophily.json`` and ``.md`` (a run of some graphs keeps the
+other graphs' earlier rows).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from typing import Any
 
@@ -126,6 +128,10 @@ def main() -> None:
         f"{r['graph']:12s} {r['config']:17s} seed {r['seed']}  test@best-val "
         f"{r['test_acc']:.3f} (epoch {r['epoch']})"))
     finish(env, start)
+    if out is not None and (out / "low_homophily.json").exists():  # keep other graphs' rows
+        earlier = json.loads((out / "low_homophily.json").read_text())["runs"]
+        results = [r for r in earlier if r["graph"] not in args.graphs] + results
+        measured = {g: edge_homophily(graph(g)) for g in {r["graph"] for r in results}}
     results.sort(key=lambda r: (list(GRAPHS).index(r["graph"]), list(CONFIGS).index(r["config"]),
                                 r["seed"]))
     df = accuracy_rows(results, ["graph", "config"])
