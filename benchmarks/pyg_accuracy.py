@@ -11,8 +11,9 @@ Cases (500 epochs, seeds 0, 1, 2; test accuracy at the best-validation epoch):
   0.6), Adam lr 0.01, weight decay 5e-4 (GNN layers 0.01), as in ``tests/test_accuracy.py``.
 
 Configurations: ``single`` (exact full graph) and the chunked epoch with 2 stages x 8 chunks:
-``local`` with gnnpipe's default techniques and, for GAT, ``local_no_unbiased`` (unbiased
-gradients off). ``local`` computes exactly what ``pipeline`` computes (``pipeline`` equals
+``local`` with every technique on, ``local_no_unbiased`` (unbiased gradients off),
+``local_no_snapshot`` and ``local_fresh`` (both off: gnnpipe's default for PyG models, chosen
+from these runs). ``local`` computes exactly what ``pipeline`` computes (``pipeline`` equals
 ``local`` to 1e-5 in tests/runtime/test_pyg_modes.py); it runs in one process here so that two
 runs share the two cores. ``--pipeline-check`` also trains the first case's ``local`` seed 0 as a
 real 2-rank ``pipeline`` and records both best epochs.
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from _common import (
@@ -56,7 +58,7 @@ CASES: dict[str, dict[str, Any]] = {
 }
 CONFIGS: dict[str, dict[str, Any]] = {
     "single": {"mode": "single"},
-    "local": {"mode": "local", "stages": 2, "chunks": 8},
+    "local": {"mode": "local", "stages": 2, "chunks": 8, "techniques": True},
     "local_no_unbiased": {"mode": "local", "stages": 2, "chunks": 8,
                           "techniques": {"unbiased_grad": False}},
     "local_no_snapshot": {"mode": "local", "stages": 2, "chunks": 8,
@@ -111,14 +113,16 @@ def markdown(df: Any, env: dict[str, Any], args: argparse.Namespace,
              (f"{env['date']} · torch {env['torch']} · {env['workers']} processes × "
               f"{env['threads']} thread · {env['cpu']} ({env['cpu_count']} CPUs, shared) · "
               f"chunked = 2 stages × 8 chunks"), "",
-             ("| case | configuration | test acc per seed | mean ± std | vs single | best-val epochs "
-             "| s/epoch |"), "|---|---|---|---:|---:|---|---:|"]
+             ("| case | configuration | seeds | test acc per seed | mean ± std | vs single "
+              "| best-val epochs | s/epoch |"), "|---|---|---|---|---:|---:|---|---:|"]
     for case, rows in df.groupby("case", sort=False):
-        single = rows[rows["config"] == "single"]["mean"]
+        single = rows[rows["config"] == "single"].set_index("seeds")["mean"]
         for r in rows.itertuples():
-            gap = f"{r.mean - float(single.iloc[0]):+.3f}" if len(single) and r.config != "single" else ""
-            lines.append(f"| {case} | {r.config} | {r.per_seed} | {r.mean:.3f} ± {r.std:.3f} | "
-                         f"{gap} | {r.best_epoch} | {r.epoch_s:.2f} |")
+            ref = single.get(r.seeds)  # against single over the same seeds
+            gap = f"{r.mean - ref:+.3f}" if ref is not None and r.config != "single" else ""
+            lines.append(f"| {case} | {r.config} | {r.seeds} | {r.per_seed} | "
+                         f"{r.mean:.3f} ± {r.std:.3f} | {gap} | {r.best_epoch} | "
+                         f"{r.epoch_s:.2f} |")
     lines += ["", ("Test accuracy at the best-validation epoch among the evaluated ones (Cora every "
               "epoch, Facebook every 5th); std over seeds. `local` is the chunked epoch `pipeline` "
               "runs (equal to 1e-5 in the tests).")]
@@ -130,6 +134,14 @@ def markdown(df: Any, env: dict[str, Any], args: argparse.Namespace,
     return "\n".join(lines) + "\n"
 
 
+def combine(earlier: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``new`` runs plus the ``earlier`` ones of other (case, configuration, seed)."""
+    fresh = {(r["case"], r["config"], r["seed"]) for r in new}
+    runs = [r for r in earlier if (r["case"], r["config"], r["seed"]) not in fresh] + new
+    return sorted(runs, key=lambda r: (list(CASES).index(r["case"]),
+                                       list(CONFIGS).index(r["config"]), r["seed"]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
@@ -139,17 +151,21 @@ def main() -> None:
                     help="configurations (default: each case's own list)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--pipeline-check", action="store_true")
+    ap.add_argument("--merge", nargs="+", type=Path, default=[],
+                    help="pyg_accuracy.json files of other runs whose rows to add")
+    ap.add_argument("--report", action="store_true", help="train nothing; rewrite the tables")
     add_output_args(ap)
     args = ap.parse_args()
     if args.quick:
         args.epochs, args.seeds, args.cases = 3, [0], ["cora/gat"]
     out, threads = output_dir(args), 1
     env, start = environment(threads=threads, workers=args.workers), time.perf_counter()
-    jobs = [(case, config, seed, args.epochs) for case in args.cases for seed in args.seeds
-            for config in args.configs or CASE_CONFIGS[CASES[case]["model"]]]
+    jobs = [] if args.report else [
+        (case, config, seed, args.epochs) for case in args.cases for seed in args.seeds
+        for config in args.configs or CASE_CONFIGS[CASES[case]["model"]]]
     results = run_pool(run_one, jobs, args.workers, threads, lambda r: (
         f"{r['case']:17s} {r['config']:18s} seed {r['seed']}  test@best-val {r['test_acc']:.3f} "
-        f"(epoch {r['epoch']})  {r['median_epoch_s']:.2f} s/epoch"))
+        f"(epoch {r['epoch']})  {r['median_epoch_s']:.2f} s/epoch")) if jobs else []
     check = None
     if args.pipeline_check:
         case = args.cases[0]
@@ -159,17 +175,18 @@ def main() -> None:
                                                                    mode="pipeline")}
         print("pipeline check:", check["pipeline"]["test_acc"], "local:", local["test_acc"])
     finish(env, start)
-    if out is not None and (out / "pyg_accuracy.json").exists():
-        kept = [r for r in json.loads((out / "pyg_accuracy.json").read_text())["runs"]
-                if r["case"] not in args.cases]
-        results = kept + results
-    results.sort(key=lambda r: (list(CASES).index(r["case"]), list(CONFIGS).index(r["config"]),
-                                r["seed"]))
+    earlier: list[dict[str, Any]] = []
+    previous = out / "pyg_accuracy.json" if out is not None else None
+    for path in ([previous] if previous is not None and previous.exists() else []) + args.merge:
+        record = json.loads(path.read_text())
+        earlier = combine(earlier, record["runs"])
+        check = check or record.get("pipeline_check")
+    results = combine(earlier, results)
     df = accuracy_rows(results, ["case", "config"])
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if out is not None:
-        write_results(out, "pyg_accuracy", payload(env, df, results, args),
-                      markdown(df, env, args, check))
+        record = {**payload(env, df, results, args), "pipeline_check": check}
+        write_results(out, "pyg_accuracy", record, markdown(df, env, args, check), default=str)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from gnnpipe.engine.local import LocalEngine, stage_ranges
 from gnnpipe.events import Timeline
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk as make_chunks
-from gnnpipe.pyg import for_training
+from gnnpipe.pyg import default_techniques, for_training
 from gnnpipe.run import Run, events_frame, history_from
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,10 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         seed: seeds chunking, chunk order and dropout masks; the model's initial weights are yours.
         stages: pipeline stages (block ranges); the math of ``local`` does not depend on it.
         chunks: chunks per epoch; default ``4 × stages`` for chunked modes.
-        techniques: GNNPipe's convergence switches (:class:`~gnnpipe.engine.chunked.Techniques`).
+        techniques: GNNPipe's convergence switches (:class:`~gnnpipe.engine.chunked.Techniques`;
+            a dict changes the all-on defaults). ``None``: all on, except for models with PyG
+            message-passing layers, which train with the snapshot and unbiased gradients off
+            (:func:`gnnpipe.pyg.default_techniques`).
         ways: data-parallel pipelines of ``hybrid`` (chunks are split among them).
         parts: graph-parallel ranks of ``graph`` (METIS partitions).
         recompute: keep only stage inputs and aggregations; rerun the forward in backward.
@@ -113,7 +116,7 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         recompute=recompute, background=background, timeout=timeout, eval_every=eval_every,
         device=device, progress=progress)
     ranges, stages, chunks = validate.split(plan, stages, chunks)
-    tech = Techniques.coerce(techniques)
+    tech = Techniques.coerce(techniques) if techniques is not None else default_techniques(model)
     config = {"mode": mode, "model": model.name, "layers": model.num_layers, "epochs": epochs,
               "lr": lr, "weight_decay": weight_decay, "gnn_weight_decay": gnn_weight_decay,
               "seed": seed, "stages": stages, "chunks": chunks if mode != "single" else 1,

@@ -218,3 +218,25 @@ def test_hybrid_refuses_reversed_flow_before_any_worker(small_graph):
     with pytest.raises(ValueError, match=r"model\.module_0: mode 'hybrid'.*flow"):
         gp.train(model, small_graph, "hybrid", stages=1, ways=2, epochs=1,
                  cluster="tcp://127.0.0.1:1", progress=False)
+
+
+def test_pyg_models_default_to_fresh_rows_and_latest_gradients(small_graph):
+    """No techniques given: the snapshot and unbiased gradients are off for a stack with PyG
+    layers (what trains attention best, benchmarks/pyg_accuracy.py), on for built-in stacks;
+    given ones are used as given."""
+    gat = GAT(small_graph.num_features, 16, 2, out_channels=4)
+    builtin = gp.models.gcn(small_graph.num_features, hidden=16, out_dim=4, layers=2)
+
+    def techniques(model, **kw):
+        run = gp.train(model, small_graph, "local", chunks=2, epochs=1, progress=False, **kw)
+        return run.config["techniques"]
+
+    assert techniques(copy.deepcopy(gat)) == {"random_order": True, "snapshot": False,
+                                              "snapshot_period": 23, "unbiased_grad": False}
+    assert all(techniques(copy.deepcopy(gat), techniques=True).values())
+    assert all(techniques(builtin).values())
+    fresh = gp.train(copy.deepcopy(gat), small_graph, "local", chunks=4, epochs=EPOCHS,
+                     progress=False)
+    explicit = gp.train(copy.deepcopy(gat), small_graph, "local", chunks=4, epochs=EPOCHS,
+                        techniques={"snapshot": False, "unbiased_grad": False}, progress=False)
+    assert _rel(fresh.history["loss"], explicit.history["loss"]) < 1e-6
