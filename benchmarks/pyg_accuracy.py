@@ -102,30 +102,33 @@ def run_one(case: str, config: str, seed: int, epochs: int, mode: str | None = N
     run = gp.train(model, data, epochs=epochs, seed=seed, eval_every=spec["eval_every"],
                    progress=False, **opt, **cfg)
     h = run.history
-    return {"case": case, "config": config, "mode": cfg["mode"], "seed": seed, **run.best,
+    return {"case": case, "config": config, "mode": cfg["mode"], "seed": seed, "epochs": epochs,
+            **run.best,
             "final_loss": float(h.loss.iloc[-1]), "median_epoch_s": float(h.epoch_time.median()),
             "wall_s": time.perf_counter() - start}
 
 
 def markdown(df: Any, env: dict[str, Any], args: argparse.Namespace,
              check: dict[str, Any] | None) -> str:
-    lines = [f"# PyG models pipelined vs single ({args.epochs} epochs)", "",
+    lines = ["# PyG models pipelined vs single", "",
              (f"{env['date']} · torch {env['torch']} · {env['workers']} processes × "
               f"{env['threads']} thread · {env['cpu']} ({env['cpu_count']} CPUs, shared) · "
               f"chunked = 2 stages × 8 chunks"), "",
-             ("| case | configuration | seeds | test acc per seed | mean ± std | vs single "
-              "| best-val epochs | s/epoch |"), "|---|---|---|---|---:|---:|---|---:|"]
+             ("| case | configuration | epochs | seeds | test acc per seed | mean ± std "
+              "| vs single | best-val epochs | s/epoch |"),
+             "|---|---|---:|---|---|---:|---:|---|---:|"]
     for case, rows in df.groupby("case", sort=False):
         single = rows[rows["config"] == "single"].set_index("seeds")["mean"]
         for r in rows.itertuples():
             ref = single.get(r.seeds)  # against single over the same seeds
             gap = f"{r.mean - ref:+.3f}" if ref is not None and r.config != "single" else ""
-            lines.append(f"| {case} | {r.config} | {r.seeds} | {r.per_seed} | "
+            lines.append(f"| {case} | {r.config} | {r.epochs} | {r.seeds} | {r.per_seed} | "
                          f"{r.mean:.3f} ± {r.std:.3f} | {gap} | {r.best_epoch} | "
                          f"{r.epoch_s:.2f} |")
     lines += ["", ("Test accuracy at the best-validation epoch among the evaluated ones (Cora every "
               "epoch, Facebook every 5th); std over seeds. `local` is the chunked epoch `pipeline` "
-              "runs (equal to 1e-5 in the tests).")]
+              "runs (equal to 1e-5 in the tests). Rows with a `source` field in the JSON were "
+              "rebuilt from a run's log (3 decimals).")]
     if check:
         lines += ["", (f"Pipeline check ({check['case']}, seed 0, real 2-rank `pipeline`): best epoch "
                        f"{check['pipeline']['epoch']} test {check['pipeline']['test_acc']:.4f} vs "
@@ -182,7 +185,7 @@ def main() -> None:
         earlier = combine(earlier, record["runs"])
         check = check or record.get("pipeline_check")
     results = combine(earlier, results)
-    df = accuracy_rows(results, ["case", "config"])
+    df = accuracy_rows(results, ["case", "config", "epochs"])
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if out is not None:
         record = {**payload(env, df, results, args), "pipeline_check": check}
