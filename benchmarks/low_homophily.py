@@ -16,7 +16,7 @@ unless named: ``single`` (exact), ``default`` (every technique on, snapshot peri
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/low_homophily.py            # ~20-30 min on 2 cores
+    .venv/bin/python benchmarks/low_homophily.py            # ~40 min per graph on 2 cores
     .venv/bin/python benchmarks/low_homophily.py --quick    # smoke test, writes nothing
 
 Writes ``benchmarks/results/low_homophily.json`` and ``.md`` (a run of some graphs keeps the

@@ -23,7 +23,7 @@ third of an epoch), Cora every epoch.
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/pyg_accuracy.py                    # all cases (~60-90 min, 2 cores)
+    .venv/bin/python benchmarks/pyg_accuracy.py                    # all cases (hours on 2 cores)
     .venv/bin/python benchmarks/pyg_accuracy.py --cases cora/gat   # one case
     .venv/bin/python benchmarks/pyg_accuracy.py --quick            # smoke test, writes nothing
 
