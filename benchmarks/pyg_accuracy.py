@@ -138,10 +138,13 @@ def markdown(df: Any, env: dict[str, Any], args: argparse.Namespace,
 
 
 def combine(earlier: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``new`` runs plus the ``earlier`` ones of other (case, configuration, seed)."""
-    fresh = {(r["case"], r["config"], r["seed"]) for r in new}
-    runs = [r for r in earlier if (r["case"], r["config"], r["seed"]) not in fresh] + new
-    return sorted(runs, key=lambda r: (list(CASES).index(r["case"]),
+    """``new`` runs plus the ``earlier`` ones of other (case, configuration, seed, epochs)."""
+    def key(r: dict[str, Any]) -> tuple:
+        return r["case"], r["config"], r["seed"], r.get("epochs", 500)
+
+    fresh = {key(r) for r in new}
+    runs = [r for r in earlier if key(r) not in fresh] + new
+    return sorted(runs, key=lambda r: (list(CASES).index(r["case"]), -r.get("epochs", 500),
                                        list(CONFIGS).index(r["config"]), r["seed"]))
 
 
