@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from gnnpipe.datasets import single_graph
 from gnnpipe.engine.local import stage_ranges
-from gnnpipe.engine.probe import probe_calls
+from gnnpipe.engine.probe import AggregationCall, probe_calls
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import Partitioning, chunk, partition
 from gnnpipe.pyg import as_stack
@@ -27,16 +27,16 @@ def pipeline_bytes(model: LayerStack, num_nodes: int, ranges: list[tuple[int, in
     return 2 * num_nodes * widths * BYTES_PER_VALUE
 
 
-def _values_per_row(model: LayerStack) -> tuple[int, int]:
-    """Per row, summed over the stack's aggregation calls: (forward values, gradient values)."""
-    calls = [c for block in probe_calls(model.blocks, model.blocks[0].in_dim) for c in block]
-    return (sum(c.width for c in calls), sum(c.width for c in calls if c.needs_grad))
+def _calls(model: LayerStack) -> list[AggregationCall]:
+    """Every aggregation call of the stack, in order."""
+    return [c for block in probe_calls(model.blocks, model.blocks[0].in_dim) for c in block]
 
 
 def graph_bytes(model: LayerStack, halo_rows: int) -> int:
     """Halo rows at every aggregation, forward (rows) and backward (their gradients, where the
     aggregation's input needs one): ``2 · L · d · M · 4`` for uniform width ``d``."""
-    return halo_rows * sum(_values_per_row(model)) * BYTES_PER_VALUE
+    values = sum(c.width * (2 if c.needs_grad else 1) for c in _calls(model))
+    return halo_rows * values * BYTES_PER_VALUE
 
 
 def _pushed_rows(edge_index: Tensor, bounds: list[int]) -> int:
@@ -61,7 +61,7 @@ def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning,
     bounds = chunking.bounds.tolist()
     adj = normalized_adjacency(ordered.edge_index, ordered.num_nodes, model.norm)
     forward, backward = (sum(int(t.numel()) for t in side) for side in boundary_rows(adj, bounds))
-    calls = [c for block in probe_calls(model.blocks, model.blocks[0].in_dim) for c in block]
+    calls = _calls(model)
     pushed = _pushed_rows(ordered.edge_index, bounds) if any(
         c.message_passing and c.needs_grad for c in calls) else 0
     values = sum(c.width * (forward + (0 if not c.needs_grad else

@@ -191,7 +191,7 @@ class ChunkContext:
     def message_passing(self, module: torch.nn.Module, h: Tensor, key: int) -> Tensor:
         """PyG ``module`` on the edges into this chunk, sources from ``Hbuf``; a pushing
         backward (:mod:`gnnpipe.engine.message_passing`)."""
-        return chunk_message_passing(self, module, h, key, mask_seed(
+        return chunk_message_passing(self, module, h, key, lambda: mask_seed(
             self.ex.seed, self.epoch, self.chunk, key + LAYER_RNG_KEY))
 
     def dropout(self, h: Tensor, p: float, key: int) -> Tensor:

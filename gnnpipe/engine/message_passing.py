@@ -19,7 +19,7 @@ chunk's own Jacobian.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,12 +191,18 @@ def _normalised_already(module: nn.Module, graph: LocalGraph):
         module.normalize = True
 
 
-def layer_seed(module: nn.Module, seed: int) -> int | None:
-    """``seed`` if ``module`` is training and drops out inside itself, else None."""
-    return seed if module.training and inner_dropout(module) is not None else None
+#: A layer's generator seed, computed only for a layer that needs one (off the hot path).
+Seed = Callable[[], int]
 
 
-def call_module(module: nn.Module, x: Tensor, graph: LocalGraph, seed: int | None) -> Tensor:
+def layer_seed(module: nn.Module, seed: Seed | None) -> int | None:
+    """``seed()`` if ``module`` is training and drops out inside itself, else None."""
+    if seed is None or not module.training or inner_dropout(module) is None:
+        return None
+    return seed()
+
+
+def call_module(module: nn.Module, x: Tensor, graph: LocalGraph, seed: Seed | None) -> Tensor:
     """``module(x, edge_index)`` on the local graph (its own randomness seeded by ``seed``); the
     targets' output rows."""
     with _normalised_already(module, graph), _keyed_rng(layer_seed(module, seed), x.device):
@@ -211,7 +217,7 @@ def call_module(module: nn.Module, x: Tensor, graph: LocalGraph, seed: int | Non
 
 
 def full_message_passing(module: nn.Module, h: Tensor, edge_index: Tensor | None,
-                         seed: int) -> Tensor:
+                         seed: Seed) -> Tensor:
     """The exact whole-graph call ``module(h, edge_index)``, its own randomness seeded by
     ``seed`` (as chunk 0 of a one-chunk run seeds it)."""
     if edge_index is None:
@@ -274,7 +280,7 @@ def _pusher(gbuf: Tensor, graphs: MessageGraphs, module: nn.Module, key: int, ch
 
 
 def chunk_message_passing(cctx: Any, module: nn.Module, h: Tensor, key: int,
-                          seed: int) -> Tensor:
+                          seed: Seed) -> Tensor:
     """``ChunkContext.message_passing``: chunk ``cctx.chunk``'s output rows with historical
     sources, a pushing backward, and recomputation's replay (the sources are cached). In the
     hybrid, fresh rows and pushes are shared with the other ways (``ex.sync``)."""

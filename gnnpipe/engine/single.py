@@ -45,7 +45,7 @@ class FullGraphContext:
 
     def message_passing(self, module: torch.nn.Module, h: Tensor, key: int) -> Tensor:
         """PyG ``module(h, edge_index)`` on the whole graph."""
-        return full_message_passing(module, h, self.adj.edge_index, mask_seed(
+        return full_message_passing(module, h, self.adj.edge_index, lambda: mask_seed(
             self.seed, self.epoch, self.chunk, key + LAYER_RNG_KEY))
 
     def dropout(self, h: Tensor, p: float, key: int) -> Tensor:
