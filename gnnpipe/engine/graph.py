@@ -12,11 +12,18 @@ warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta 
 warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 
 
+_INT32_MAX = 2**31 - 1
+
+
 def coo_to_csr(row: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int]) -> Tensor:
+    """CSR of the entries ``(row, col, val)``, with 32-bit indices where they fit: the sparse
+    kernels (MKL on the CPU) take 32-bit indices and would copy 64-bit ones on every product."""
     order = torch.argsort(row * shape[1] + col)
     row, col, val = row[order], col[order], val[order]
     crow = torch.zeros(shape[0] + 1, dtype=torch.long)
     crow[1:] = torch.cumsum(torch.bincount(row, minlength=shape[0]), 0)
+    if max(shape[1], col.numel()) <= _INT32_MAX:
+        crow, col = crow.int(), col.int()
     return torch.sparse_csr_tensor(crow, col, val, shape)
 
 
