@@ -110,9 +110,12 @@ def write_results(out: Path, name: str, record: dict[str, Any], markdown: str, *
 
 
 def run_pool(fn: Callable[..., dict[str, Any]], jobs: list[tuple], workers: int, threads: int,
-             describe: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
+             describe: Callable[[dict[str, Any]], str],
+             journal: Path | None = None) -> list[dict[str, Any]]:
     """``fn(*job)`` for every job in ``workers`` spawned processes of ``threads`` torch threads
-    each (``fn`` must be importable there); print ``describe(result)`` as each finishes."""
+    each (``fn`` must be importable there); print ``describe(result)`` as each finishes and
+    append it to ``journal`` (JSON lines; :func:`read_journal`), so that hours of runs survive
+    a script stopped before it writes its results."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -122,7 +125,18 @@ def run_pool(fn: Callable[..., dict[str, Any]], jobs: list[tuple], workers: int,
         for fut in as_completed([pool.submit(fn, *job) for job in jobs]):
             results.append(fut.result())
             print(f"[{time.perf_counter() - start:6.0f}s] {describe(results[-1])}", flush=True)
+            if journal is not None:
+                journal.parent.mkdir(parents=True, exist_ok=True)
+                with journal.open("a") as f:
+                    f.write(json.dumps(results[-1], default=str) + "\n")
     return results
+
+
+def read_journal(journal: Path | None) -> list[dict[str, Any]]:
+    """The results an earlier run appended to ``journal`` (none if it is absent)."""
+    if journal is None or not journal.exists():
+        return []
+    return [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
 
 
 def _set_threads(threads: int) -> None:

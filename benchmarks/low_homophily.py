@@ -39,6 +39,7 @@ from _common import (
     finish,
     output_dir,
     payload,
+    read_journal,
     run_pool,
     write_results,
 )
@@ -133,9 +134,13 @@ def main() -> None:
     env, start = environment(threads=1, workers=args.workers), time.perf_counter()
     measured = {g: edge_homophily(graph(g)) for g in args.graphs}
     jobs = [(g, c, s, args.epochs) for g in args.graphs for s in args.seeds for c in args.configs]
+    journal = out / "low_homophily.journal.jsonl" if out is not None else None
+    recovered = read_journal(journal)  # runs of an earlier invocation that stopped early
     results = run_pool(run_one, jobs, args.workers, 1, lambda r: (
         f"{r['graph']:12s} {r['config']:17s} seed {r['seed']}  test@best-val "
-        f"{r['test_acc']:.3f} (epoch {r['epoch']})"))
+        f"{r['test_acc']:.3f} (epoch {r['epoch']})"), journal)
+    done = {(r["graph"], r["config"], r["seed"]) for r in results}
+    results += [r for r in recovered if (r["graph"], r["config"], r["seed"]) not in done]
     finish(env, start)
     if out is not None and (out / "low_homophily.json").exists():  # keep the other runs' rows
         earlier = json.loads((out / "low_homophily.json").read_text())["runs"]
@@ -149,6 +154,7 @@ def main() -> None:
     if out is not None:
         write_results(out, "low_homophily", payload(env, df, results, args),
                       markdown(df, env, args, measured))
+        journal.unlink(missing_ok=True)  # type: ignore[union-attr]
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from _common import (
     finish,
     output_dir,
     payload,
+    read_journal,
     run_pool,
     write_results,
 )
@@ -118,9 +119,9 @@ def markdown(df: Any, env: dict[str, Any], args: argparse.Namespace,
               "| vs single | best-val epochs | s/epoch |"),
              "|---|---|---:|---|---|---:|---:|---|---:|"]
     for case, rows in df.groupby("case", sort=False):
-        single = rows[rows["config"] == "single"].set_index("seeds")["mean"]
+        single = rows[rows["config"] == "single"].set_index(["epochs", "seeds"])["mean"]
         for r in rows.itertuples():
-            ref = single.get(r.seeds)  # against single over the same seeds
+            ref = single.get((r.epochs, r.seeds))  # against single: same epochs and seeds
             gap = f"{r.mean - ref:+.3f}" if ref is not None and r.config != "single" else ""
             lines.append(f"| {case} | {r.config} | {r.epochs} | {r.seeds} | {r.per_seed} | "
                          f"{r.mean:.3f} ± {r.std:.3f} | {gap} | {r.best_epoch} | "
@@ -169,9 +170,11 @@ def main() -> None:
     jobs = [] if args.report else [
         (case, config, seed, args.epochs) for case in args.cases for seed in args.seeds
         for config in args.configs or CASE_CONFIGS[CASES[case]["model"]]]
+    journal = out / "pyg_accuracy.journal.jsonl" if out is not None else None
+    recovered = read_journal(journal)  # runs of an earlier invocation that stopped early
     results = run_pool(run_one, jobs, args.workers, threads, lambda r: (
         f"{r['case']:17s} {r['config']:18s} seed {r['seed']}  test@best-val {r['test_acc']:.3f} "
-        f"(epoch {r['epoch']})  {r['median_epoch_s']:.2f} s/epoch")) if jobs else []
+        f"(epoch {r['epoch']})  {r['median_epoch_s']:.2f} s/epoch"), journal) if jobs else []
     check = None
     if args.pipeline_check:
         case = args.cases[0]
@@ -187,12 +190,13 @@ def main() -> None:
         record = json.loads(path.read_text())
         earlier = combine(earlier, record["runs"])
         check = check or record.get("pipeline_check")
-    results = combine(earlier, results)
+    results = combine(combine(earlier, recovered), results)
     df = accuracy_rows(results, ["case", "config", "epochs"])
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if out is not None:
         record = {**payload(env, df, results, args), "pipeline_check": check}
         write_results(out, "pyg_accuracy", record, markdown(df, env, args, check), default=str)
+        journal.unlink(missing_ok=True)  # type: ignore[union-attr]
 
 
 if __name__ == "__main__":

@@ -202,7 +202,9 @@ def restore_buffers(executor: StageExecutor, shards: list[dict[str, Any]],
             k = int(key)
             if start <= k < stop and ("snap" in tensors) == executor.techniques.snapshot:
                 on = {name: t.to(executor.device).clone() for name, t in tensors.items()}
-                executor.buffers[k] = LayerBuffers(on["H"], on.get("snap"), on.get("dZ"))
+                shared = executor.techniques.grad_in_h  # dZbuf restarts from zeros in Hbuf
+                executor.buffers[k] = LayerBuffers(on["H"], on.get("snap"),
+                                                   None if shared else on.get("dZ"), shared)
     blocks = executor.model.blocks
     fresh = [k for k in range(start, stop) if blocks[k].aggregates and k not in executor.buffers]
     if fresh:

@@ -39,6 +39,14 @@ class Techniques:
     snapshot_period: int = 23
     unbiased_grad: bool = True
 
+    @property
+    def grad_in_h(self) -> bool:
+        """Whether ``dZbuf`` can live in ``Hbuf``'s memory: with the snapshot, ``Hbuf`` is reset
+        at every epoch start, so after the epoch's last forward only the snapshot due then reads
+        it; with unbiased gradients ``dZbuf`` starts each backward phase from zeros. Two
+        full-graph buffers per layer instead of three, the same arithmetic."""
+        return self.snapshot and self.unbiased_grad
+
     @classmethod
     def coerce(cls, value: Techniques | dict | bool | None) -> Techniques:
         """Accept a Techniques, a dict of fields, ``True``/``None`` (all on) or ``False`` (all off)."""
@@ -83,21 +91,33 @@ class LayerBuffers:
     """Full-graph state of one aggregating block: ``Hbuf``, its snapshot and ``dZbuf``.
 
     ``dZbuf`` is allocated on first use: a layer whose input needs no gradient (a first layer
-    reading the features, possibly thousands wide) never has one."""
+    reading the features, possibly thousands wide) never has one. With ``grad_in_h`` it is
+    ``Hbuf``'s own memory, zeroed when the backward phase begins
+    (:attr:`Techniques.grad_in_h`)."""
 
     H: Tensor
     snap: Tensor | None
     grad: Tensor | None = None
+    grad_in_h: bool = False
 
     @property
     def dZ(self) -> Tensor:
         """``dZbuf`` (for message-passing layers, ``Gbuf``), zeros when first used."""
+        if self.grad_in_h:
+            return self.H
         if self.grad is None:
             self.grad = torch.zeros_like(self.H)
         return self.grad
 
+    def zero_grad(self) -> None:
+        """Zero ``dZbuf`` if it exists."""
+        grad = self.H if self.grad_in_h else self.grad
+        if grad is not None:
+            grad.zero_()
+
     def tensors(self) -> dict[str, Tensor]:
-        """The buffers allocated so far, by name (``H``, ``dZ``, ``snap``)."""
+        """The buffers allocated so far, by name (``H``, ``dZ``, ``snap``; ``dZ`` only where it
+        has memory of its own)."""
         named = {"H": self.H, "dZ": self.grad, "snap": self.snap}
         return {k: v for k, v in named.items() if v is not None}
 
@@ -247,6 +267,8 @@ class StageExecutor:
         # at the epoch's start, where the first stage has no time to spare.
         self.upkeep_between_phases = False
         self._h_ready_for = -1  # the epoch whose starting Hbuf is already in place
+        self._snapshot_epoch = -1  # the epoch whose due snapshot is taken
+        self._backward_phase = False  # this epoch's backward has begun (between_phases ran)
 
     @property
     def num_chunks(self) -> int:
@@ -262,8 +284,10 @@ class StageExecutor:
             def zeros() -> Tensor:
                 return torch.zeros(shape, dtype=dtype, device=self.device)
 
-            buf = LayerBuffers(zeros(), zeros() if self.techniques.snapshot else None,
-                               zeros() if grad else None)
+            tech = self.techniques
+            own_grad = grad and not tech.grad_in_h
+            buf = LayerBuffers(zeros(), zeros() if tech.snapshot else None,
+                               zeros() if own_grad else None, grad_in_h=tech.grad_in_h)
             self.buffers[key] = buf
         return buf
 
@@ -272,38 +296,46 @@ class StageExecutor:
         unless :meth:`between_phases` does or did it."""
         self.epoch = epoch
         self.saved.clear()
+        self._backward_phase = False
         self.model.train()  # layers with their own dropout (GATConv) read module.training
         if self._h_ready_for != epoch:
             self._reset_h()
-        if not self.upkeep_between_phases:
+        if not self.upkeep_between_phases and not self.techniques.grad_in_h:
             self._zero_dz()
 
     def between_phases(self) -> None:
         """After the epoch's last forward, before its first backward (which reads ``dZbuf``
-        only): zero ``dZbuf``, take the snapshot due at this epoch's end and reset ``Hbuf`` for
-        the next epoch; the same values as at the epoch's ends. A no-op unless
-        ``upkeep_between_phases``."""
-        if not self.upkeep_between_phases:
+        only; :meth:`backward` calls it if the engine has not). With ``grad_in_h``: take the
+        snapshot due at this epoch's end, then zero ``Hbuf``'s memory, the backward's
+        ``dZbuf``. Else, with ``upkeep_between_phases`` (a stage that idles here): zero
+        ``dZbuf``, take the due snapshot and reset ``Hbuf`` for the next epoch; the same values
+        as at the epoch's ends."""
+        if self._backward_phase:
             return
-        self._zero_dz()
-        if self.techniques.snapshot:
-            if self._snapshot_due():
-                self._take_snapshot()  # Hbuf equals the snapshot: nothing to reset
-            else:
-                self._reset_h()
-            self._h_ready_for = self.epoch + 1
+        self._backward_phase = True
+        if self.techniques.grad_in_h:
+            self._take_due_snapshot()
+            self._zero_dz()
+        elif self.upkeep_between_phases:
+            self._zero_dz()
+            if self.techniques.snapshot:
+                if not self._take_due_snapshot():  # else Hbuf equals the snapshot already
+                    self._reset_h()
+                self._h_ready_for = self.epoch + 1
 
     def end_epoch(self) -> None:
-        if self._snapshot_due() and self._h_ready_for != self.epoch + 1:
-            self._take_snapshot()
+        self._take_due_snapshot()
 
-    def _snapshot_due(self) -> bool:
+    def _take_due_snapshot(self) -> bool:
+        """Copy ``Hbuf`` into the snapshot if one is due at this epoch's end and not yet taken;
+        whether it was taken now."""
         t = self.techniques
-        return t.snapshot and self.epoch % t.snapshot_period == 0
-
-    def _take_snapshot(self) -> None:
+        if not t.snapshot or self.epoch % t.snapshot_period or self._snapshot_epoch == self.epoch:
+            return False
         for buf in self.buffers.values():
             buf.snap.copy_(buf.H)  # type: ignore[union-attr]
+        self._snapshot_epoch = self.epoch
+        return True
 
     def _reset_h(self) -> None:
         for buf in self.buffers.values():
@@ -313,8 +345,7 @@ class StageExecutor:
     def _zero_dz(self) -> None:
         if self.techniques.unbiased_grad:
             for buf in self.buffers.values():
-                if buf.grad is not None:
-                    buf.grad.zero_()
+                buf.zero_grad()
 
     def _run(self, chunk: int, inputs: list[Tensor], cache: dict[int, Tensor] | None,
              replay: bool, target: tuple[Tensor, Tensor, int] | None) -> list[Tensor]:
@@ -331,6 +362,10 @@ class StageExecutor:
         """Forward one chunk. ``inputs`` is ``[h]`` or ``[h, h0]``; the last stage gets ``target``
         ``(y rows, train-mask rows, total training nodes)`` and returns ``[loss]``.
         Returns detached outputs (to send on); the graph is kept for :meth:`backward`."""
+        if self._backward_phase and self.techniques.grad_in_h:
+            raise RuntimeError("StageExecutor.forward: this epoch's backward has begun and "
+                               "Hbuf's memory holds dZbuf now (Techniques.grad_in_h); run every "
+                               "forward of an epoch before its first backward")
         leaves = [t.detach().requires_grad_(t.is_floating_point() and self.input_grad) for t in inputs]
         cache: dict[int, Tensor] | None = {} if self.recompute else None
         grad_mode = torch.no_grad() if self.recompute else torch.enable_grad()
@@ -342,6 +377,7 @@ class StageExecutor:
     def backward(self, chunk: int, grads: list[Tensor | None] | None = None) -> list[Tensor | None]:
         """Backward one chunk from the gradients of its outputs (``None`` on the last stage);
         returns the gradients of its inputs (``None`` where an input needs none)."""
+        self.between_phases()  # a no-op once it ran this epoch
         saved = self.saved.pop(chunk)
         outputs = saved.outputs
         if self.recompute:

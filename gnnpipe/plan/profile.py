@@ -43,7 +43,7 @@ class BlockCost:
     ``forward_s``/``backward_s`` are seconds per chunk row, ``*_fixed_s`` seconds per chunk op
     whatever its rows, ``step_s`` seconds per epoch (its Adam step and buffer resets);
     ``activation_bytes`` are kept per row from a chunk's forward to its backward,
-    ``buffer_bytes`` held per graph row (``Hbuf``, snapshot, ``dZbuf``); Adam's state
+    ``buffer_bytes`` held per graph row (``Hbuf`` and its snapshot; ``dZbuf`` lives in ``Hbuf``);
     (``optimizer_bytes``) is twice ``param_bytes``.
     """
 
@@ -193,6 +193,7 @@ class _SliceBench:
             if ex.start > 0:
                 for t in tensors:
                     pack(t)
+            ex.begin_epoch(ex.epoch + 1)  # a forward phase of its own, after the timed epochs
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 tensors = ex.forward(0, tensors, self.target(0, k))
             ex.saved.clear()

@@ -134,9 +134,12 @@ def test_snapshot_resets_history_each_epoch():
         ex.begin_epoch(epoch)
         buf = ex.buffers.get(0)
         if buf is not None:
-            assert torch.equal(buf.H, buf.snap) and not buf.dZ.any()
+            assert torch.equal(buf.H, buf.snap)
         for c in (0, 1):
             ex.forward(c, [(epoch + 1) * x[2 * c:2 * c + 2]])
+        ex.between_phases()  # the backward phase: dZbuf is Hbuf's memory, zeroed
+        buf = ex.buffers[0]
+        assert buf.dZ is buf.H and not buf.dZ.any() and set(buf.tensors()) == {"H", "snap"}
         ex.end_epoch()
         expected = 1.0 if epoch < 2 else 3.0  # snapshots at the end of epochs 0 and 2
         assert torch.allclose(ex.buffers[0].snap, torch.full((4, 2), expected))
