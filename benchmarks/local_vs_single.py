@@ -13,8 +13,9 @@ Measures, for a 32-layer GCNII and a 32-layer GCN (hidden 64, dropout 0.5) on a 
   increment includes chunking and the adjacency that ``train`` builds).
 
 Configurations: ``single``; ``local`` with (2 stages, 8 chunks), (2 stages, 8 chunks,
-``recompute=True``) and (4 stages, 16 chunks). ``local`` keeps three full-graph buffers per
-aggregation layer (``Hbuf``, its snapshot, ``dZbuf``; DESIGN.md §4), reported as ``buffers_mb``.
+``recompute=True``) and (4 stages, 16 chunks). ``local`` keeps two full-graph buffers per
+aggregation layer (``Hbuf``, its snapshot; ``dZbuf`` lives in ``Hbuf`` with every technique on),
+reported as ``buffers_mb``.
 Configurations alternate in rounds (order reversed every other round) so machine noise hits all.
 
 Run (from the repository root)::
@@ -82,9 +83,9 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(0)
     model = getattr(gp.models, cfg["model"])(data.x.size(1), hidden=HIDDEN, out_dim=8,
                                              layers=cfg["layers"], dropout=DROPOUT)
-    # local mode: Hbuf, snapshot and dZbuf, n x width fp32, per aggregating block
+    # local mode: Hbuf and its snapshot (dZbuf lives in Hbuf), n x width fp32, per aggregating block
     widths = [b.out_dim for b in model.blocks if getattr(b, "aggregates", False)]
-    buffers_mb = 3 * sum(widths) * data.num_nodes * 4 / 2**20
+    buffers_mb = 2 * sum(widths) * data.num_nodes * 4 / 2**20
     kw = {k: v for k, v in CONFIGS[cfg["config"]].items() if k != "mode"}
     rss_before = rss_mb()
     start = time.perf_counter()
@@ -144,7 +145,8 @@ def markdown(df: Any, env: dict[str, Any], args: argparse.Namespace) -> str:
                    "same training step (1 thread, so it does not count time waiting for a core on "
                    "the shared machine). Increment = `ru_maxrss` minus RSS right "
                    "before `gp.train` (includes chunking/METIS and the adjacency). Local buffers = "
-                   "3 × (sum of aggregation widths) × n × 4 bytes (`Hbuf`, snapshot, `dZbuf`)."),
+                   "2 × (sum of aggregation widths) × n × 4 bytes (`Hbuf` and its snapshot; "
+                   "`dZbuf` lives in `Hbuf`)."),
               "", (f"Noise: the timed CPU times of one configuration differ by up to "
                    f"{df.cpu_spread.max():.1f}× between its samples (load {env['loadavg_start'][0]:.0f}"
                    " on 2 cores), so read the time ratios as rough (±50%); memory is the firm "
