@@ -6,7 +6,9 @@ features, homophily 0.8, seed 0), 8 chunks, one torch thread per process, traini
 
 Part 1, at ``--nodes`` (default 1,000,000) and at ``--fit-nodes`` (default 200,000): ``single`` in
 a fresh child process vs ``pipeline`` (2 stages) on a 2-worker ``gp.Cluster``; median epoch time
-and peak RSS (``VmHWM``) of the child and of each rank. A size whose predicted peak (the measured
+and peak RSS (``VmHWM``) of the child and of each rank. ``single`` runs a second time with
+``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (glibc maps every allocation above 32 MiB afresh, so
+each full-graph tensor faults its pages in again; its minor page faults per epoch are recorded). A size whose predicted peak (the measured
 ``--fit-nodes`` peaks scaled by the node ratio) does not fit this machine's memory is not run;
 the record says how much it would need.
 
@@ -24,6 +26,7 @@ Run (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 from typing import Any
@@ -45,6 +48,9 @@ import gnnpipe as gp
 
 LAYERS, HIDDEN, CHUNKS, GB = 32, 64, 8, 2**30
 TERMINATE = 0.95  # distributed.worker.memory.terminate
+#: glibc maps every allocation above 32 MiB afresh and unmaps it when freed, so each full-graph
+#: tensor of ``single`` beyond ~131K nodes x 64 faults its pages in again; huge pages cut that
+HUGE_PAGES = "glibc.malloc.hugetlb=1"
 
 
 def graph(nodes: int) -> Any:
@@ -66,9 +72,12 @@ def peak_rss() -> int:
 def train_single(nodes: int, layers: int, epochs: int) -> dict[str, Any]:
     """``single`` in this process (a child, or a task on a capped Dask worker)."""
     torch.set_num_threads(1)
-    run = gp.train(model(layers), graph(nodes), "single", epochs=epochs + 1,
-                   eval_every=epochs + 10, progress=False)
-    return {"epoch_s": statistics.median(run.history["epoch_time"][1:]), "peak": peak_rss()}
+    m, data = model(layers), graph(nodes)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    run = gp.train(m, data, "single", epochs=epochs + 1, eval_every=epochs + 10, progress=False)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return {"epoch_s": statistics.median(run.history["epoch_time"][1:]), "peak": peak_rss(),
+            "minor_faults_per_epoch": faults / (epochs + 1)}
 
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -87,14 +96,18 @@ def train_pipeline(cluster: Any, nodes: int, layers: int, epochs: int,
 
 def compare(nodes: int, args: argparse.Namespace, log: Any) -> dict[str, Any]:
     """Part 1 at one size."""
-    single = run_child(__file__, {"nodes": nodes, "layers": args.layers, "epochs": args.epochs})
+    cfg = {"nodes": nodes, "layers": args.layers, "epochs": args.epochs}
+    single = run_child(__file__, cfg)
     log(f"{nodes:,} nodes single: {single}")
+    huge = run_child(__file__, cfg, env={"GLIBC_TUNABLES": HUGE_PAGES})
+    log(f"{nodes:,} nodes single, {HUGE_PAGES}: {huge}")
     with gp.Cluster(n_workers=2) as cluster:
         pipe = train_pipeline(cluster, nodes, args.layers, args.epochs)
         log(f"{nodes:,} nodes pipeline: {pipe}")
         recompute = train_pipeline(cluster, nodes, args.layers, args.epochs, recompute=True)
         log(f"{nodes:,} nodes pipeline, recompute: {recompute}")
-    return {"nodes": nodes, "single": single, "pipeline": pipe, "recompute": recompute,
+    return {"nodes": nodes, "single": single, "single_huge_pages": huge, "pipeline": pipe,
+            "recompute": recompute,
             "time_ratio": pipe["epoch_s"] / single["epoch_s"],
             "memory_ratio": max(pipe["peak_per_rank"]) / single["peak"],
             "recompute_memory_ratio": max(recompute["peak_per_rank"]) / single["peak"]}
@@ -144,6 +157,10 @@ def markdown(record: dict[str, Any], env: dict[str, Any]) -> str:
         s = row["single"]
         lines.append(f"| {row['nodes']:,} | single | {s['epoch_s']:.2f} | 1.00 | "
                      f"{s['peak'] / GB:.2f} | 1.00 | – |")
+        h = row["single_huge_pages"]
+        lines.append(f"| {row['nodes']:,} | single, `GLIBC_TUNABLES={HUGE_PAGES}` | "
+                     f"{h['epoch_s']:.2f} | {h['epoch_s'] / s['epoch_s']:.2f} | "
+                     f"{h['peak'] / GB:.2f} | {h['peak'] / s['peak']:.2f} | – |")
         for key, label in (("pipeline", "pipeline 2 × 8"), ("recompute", "pipeline, recompute")):
             p = row[key]
             lines.append(f"| {row['nodes']:,} | {label} | {p['epoch_s']:.2f} | "
@@ -164,6 +181,10 @@ def markdown(record: dict[str, Any], env: dict[str, Any]) -> str:
         lines.append(f"- {label}: {text}")
     for row in record["not_run"]:
         lines += ["", f"{row['nodes']:,} nodes were not run here: {row['reason']}"]
+    lines += ["", "Minor page faults per epoch of single: " + "; ".join(
+        f"{row['nodes']:,} nodes {row['single']['minor_faults_per_epoch']:,.0f}, with huge pages "
+        f"{row['single_huge_pages']['minor_faults_per_epoch']:,.0f}" for row in record["compare"])
+        + " (glibc maps every allocation above 32 MiB afresh and unmaps it when freed)."]
     return "\n".join(lines) + "\n"
 
 

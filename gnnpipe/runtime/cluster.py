@@ -10,7 +10,7 @@ from typing import Any
 from distributed import Client, LocalCluster, get_worker
 
 from gnnpipe.runtime.scripts import check_main_guard
-from gnnpipe.runtime.workerenv import rank_environment
+from gnnpipe.runtime.workerenv import RankNanny, rank_environment
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class Cluster:
             kwargs.setdefault("silence_logs", logging.CRITICAL)
             with rank_environment(threads_per_worker):  # full-speed torch in every rank
                 self._local = LocalCluster(n_workers=n_workers, threads_per_worker=1,
-                                           processes=True, host=host,
+                                           processes=True, host=host, worker_class=RankNanny,
                                            dashboard_address=f"{host}:0", **kwargs)
             self.client = Client(self._local)
             self.size = n_workers

@@ -13,6 +13,7 @@ default Dask worker (2.1x), 1.97 s with both settings off.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dask
+from distributed import Nanny
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +85,19 @@ def rank_environment(threads: int) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+class RankNanny(Nanny):
+    """A nanny that keeps the rank environment for every restart of its worker.
+
+    ``Nanny`` keeps a shallow copy of Dask's config, whose nested settings are the global
+    config's own dicts: the values :func:`rank_environment` sets there revert when its block
+    ends, and a worker the nanny restarts after a failure would come back with the
+    statistical profiler on. This one holds a deep copy, taken inside the block."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config = copy.deepcopy(self.config)
 
 
 @dataclass(frozen=True)

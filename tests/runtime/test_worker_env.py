@@ -39,6 +39,28 @@ def test_dask_defaults_are_named_then_gnnpipe_workers_are_clean(caplog, small_gr
         assert check_workers(cluster.client, cluster.workers(), threads=2) == {}
 
 
+def _exit_worker() -> None:
+    import os
+
+    os._exit(1)
+
+
+def test_a_restarted_worker_keeps_the_rank_environment() -> None:
+    """A worker that dies (a failed rank) comes back from its nanny in the same environment:
+    Nanny copies Dask's config shallowly, so without RankNanny the profiler switched off inside
+    rank_environment was on again after the restart."""
+    with gp.Cluster(n_workers=1, threads_per_worker=2) as cluster:
+        client = cluster.client
+        (before,) = client.run(inspect_worker).values()
+        with pytest.raises(Exception, match="KilledWorker|died"):
+            client.submit(_exit_worker, pure=False).result(timeout=120)
+        cluster.ready(1)
+        (after,) = client.run(inspect_worker).values()
+        assert after == before
+        assert after["profiler"] is False and after["omp_threads"] == "2"
+        assert after["malloc_trim_threshold"] is None
+
+
 @pytest.mark.parametrize(("mode", "kwargs"), [("pipeline", {"stages": 2, "chunks": 8}),
                                               ("graph", {"parts": 2}),
                                               ("hybrid", {"ways": 2, "stages": 2, "chunks": 8})])
