@@ -181,7 +181,8 @@ def markdown(results: list[dict[str, Any]], frame: pd.DataFrame, env: dict[str, 
     title = (f"# Parallel efficiency ({args.nodes:,} nodes, {args.layers} layers, hidden "
              f"{HIDDEN}, {CHUNKS} chunks)")
     lines = [title, "", head, "", "## One process", "",
-             one.to_markdown(index=False, floatfmt=".3f"), "", "## Distributed (1 thread per rank)",
+             one.to_markdown(index=False, floatfmt=".3f"), "", locality(args.nodes), "",
+             "## Distributed (1 thread per rank)",
              "", frame.drop(columns=["local_x_single"]).to_markdown(index=False, floatfmt=".3f"),
              "", NOTE, ""]
     for row in frame.itertuples():
@@ -190,6 +191,15 @@ def markdown(results: list[dict[str, Any]], frame: pd.DataFrame, env: dict[str, 
                      f"{row.core_bound_efficiency:.0%}), {row.x_graph:.2f}× graph; bytes "
                      f"{'==' if row.bytes == row.predicted_bytes else '!='} gp.comm_volume.")
     return "\n".join(lines) + "\n"
+
+
+def locality(nodes: int) -> str:
+    """How much of a chunk's aggregation reads other chunks' rows (what the chunked epoch pays
+    beyond single: those rows are cold in cache when the chunk runs)."""
+    parts = gp.chunk(graph(nodes), CHUNKS, seed=0)
+    return (f"Chunks ({CHUNKS}, `gp.partition.chunk`, seed 0): {parts.edge_cut_fraction:.1%} of "
+            f"the edges join two chunks; a chunk reads {parts.halo_rows.mean():,.0f} other "
+            f"chunks' rows on average (its own: {parts.sizes.mean():,.0f}).")
 
 
 NOTE = ("`x_single_1t`: epoch ÷ single at 1 thread; `x_single_Rt`: ÷ single at R threads; "
