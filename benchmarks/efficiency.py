@@ -197,7 +197,7 @@ def locality(nodes: int) -> str:
     """How much of a chunk's aggregation reads other chunks' rows (what the chunked epoch pays
     beyond single: those rows are cold in cache when the chunk runs)."""
     parts = gp.chunk(graph(nodes), CHUNKS, seed=0)
-    return (f"Chunks ({CHUNKS}, `gp.partition.chunk`, seed 0): {parts.edge_cut_fraction:.1%} of "
+    return (f"Chunks ({CHUNKS}, `gp.chunk`, seed 0): {parts.edge_cut_fraction:.1%} of "
             f"the edges join two chunks; a chunk reads {parts.halo_rows.mean():,.0f} other "
             f"chunks' rows on average (its own: {parts.sizes.mean():,.0f}).")
 
