@@ -150,7 +150,7 @@ def markdown(record: dict[str, Any], env: dict[str, Any]) -> str:
              (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs, "
              f"{env['memory_gb']:.0f} GB) · 1 torch thread per process · median of "
              f"{record['epochs']} epochs after 1 warm-up · wall {env['wall_s'] / 60:.1f} min"), "",
-             ("| nodes | run | s/epoch | ÷ single | peak GB (per rank) | peak per rank ÷ single "
+             ("| nodes | run | s/epoch | ÷ single | peak GiB (per rank) | peak per rank ÷ single "
               "| efficiency |"),
              "|---:|---|---:|---:|---|---:|---:|"]
     for row in record["compare"]:
@@ -172,7 +172,7 @@ def markdown(record: dict[str, Any], env: dict[str, Any]) -> str:
                      f"{row['need']['single'] / GB:.0f}, both ranks ~"
                      f"{row['need']['pipeline_total'] / GB:.0f} | – | – |")
     cap = record["capped"]
-    lines += ["", (f"## Memory cap: {cap['memory_limit'] / GB:.2f} GB per Dask worker, "
+    lines += ["", (f"## Memory cap: {cap['memory_limit'] / GB:.2f} GiB per Dask worker, "
               f"{cap['nodes']:,} nodes"), ""]
     for mode, label in (("single", "single"), ("pipeline", "pipeline, recompute=True")):
         o = cap[mode]
