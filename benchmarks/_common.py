@@ -139,6 +139,17 @@ def read_journal(journal: Path | None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
 
 
+def resume_journal(out: Path | None, name: str, jobs: list[tuple], fields: tuple[str, ...]
+                   ) -> tuple[Path | None, list[dict[str, Any]], list[tuple]]:
+    """Pick up where a stopped run of script ``name`` left off: its journal's path (None without
+    ``out``), the runs the journal holds, and the ``jobs`` still to run. A job's first
+    ``len(fields)`` items name its run as those fields of a result do."""
+    journal = out / f"{name}.journal.jsonl" if out is not None else None
+    recovered = read_journal(journal)
+    have = {tuple(r.get(f) for f in fields) for r in recovered}
+    return journal, recovered, [job for job in jobs if tuple(job[:len(fields)]) not in have]
+
+
 def _set_threads(threads: int) -> None:
     import torch
 

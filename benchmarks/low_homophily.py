@@ -39,7 +39,7 @@ from _common import (
     finish,
     output_dir,
     payload,
-    read_journal,
+    resume_journal,
     run_pool,
     write_results,
 )
@@ -134,10 +134,8 @@ def main() -> None:
     env, start = environment(threads=1, workers=args.workers), time.perf_counter()
     measured = {g: edge_homophily(graph(g)) for g in args.graphs}
     jobs = [(g, c, s, args.epochs) for g in args.graphs for s in args.seeds for c in args.configs]
-    journal = out / "low_homophily.journal.jsonl" if out is not None else None
-    recovered = read_journal(journal)  # runs of an earlier invocation that stopped early
-    have = {(r["graph"], r["config"], r["seed"]) for r in recovered}
-    jobs = [job for job in jobs if job[:3] not in have]
+    journal, recovered, jobs = resume_journal(out, "low_homophily", jobs,
+                                              ("graph", "config", "seed"))
     results = run_pool(run_one, jobs, args.workers, 1, lambda r: (
         f"{r['graph']:12s} {r['config']:17s} seed {r['seed']}  test@best-val "
         f"{r['test_acc']:.3f} (epoch {r['epoch']})"), journal)

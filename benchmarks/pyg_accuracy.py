@@ -46,7 +46,7 @@ from _common import (
     finish,
     output_dir,
     payload,
-    read_journal,
+    resume_journal,
     run_pool,
     write_results,
 )
@@ -185,10 +185,8 @@ def main() -> None:
     jobs = [] if args.report else [
         (case, config, seed, args.epochs) for case in args.cases for seed in args.seeds
         for config in args.configs or CASE_CONFIGS[CASES[case]["model"]]]
-    journal = out / "pyg_accuracy.journal.jsonl" if out is not None else None
-    recovered = read_journal(journal)  # runs of an earlier invocation that stopped early
-    have = {(r["case"], r["config"], r["seed"], r.get("epochs", 500)) for r in recovered}
-    jobs = [job for job in jobs if job not in have]
+    journal, recovered, jobs = resume_journal(out, "pyg_accuracy", jobs,
+                                              ("case", "config", "seed", "epochs"))
     results = run_pool(run_one, jobs, args.workers, threads, lambda r: (
         f"{r['case']:17s} {r['config']:18s} seed {r['seed']}  test@best-val {r['test_acc']:.3f} "
         f"(epoch {r['epoch']})  {r['median_epoch_s']:.2f} s/epoch"), journal) if jobs else []

@@ -334,12 +334,11 @@ def default_techniques(stack: LayerStack) -> Techniques:
     """GNNPipe's techniques when ``train`` is given none: all on for stacks that aggregate with
     ``Â @ h``; for a stack holding PyG message-passing layers, the snapshot and unbiased gradients
     off ("fresh" historical rows and each chunk's latest pushed gradient). Measured on Cora
-    (``benchmarks/pyg_accuracy.py``): a GAT with dropout 0.6 trained 2 x 8 chunks came within
-    1.4 points of single this way, 2.9 points below with every technique on; a 100-epoch GAT
-    reached 0.75 against 0.44."""
+    (``benchmarks/pyg_accuracy.py``, seeds 0-2): a GAT with dropout 0.6 trained 2 x 8 chunks
+    came 1.5 points below single this way, 3.0 below with every technique on (seeds 0-7: 0.8
+    and 2.5); a 100-epoch GAT reached 0.75 against 0.44."""
     from torch_geometric.nn import MessagePassing
 
     if any(isinstance(m, MessagePassing) for m in stack.modules()):
         return Techniques(snapshot=False, unbiased_grad=False)
     return Techniques()
-
