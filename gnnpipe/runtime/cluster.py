@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
 import socket
 import time
 from typing import Any
 
-from distributed import Client, LocalCluster, get_worker
+from distributed import Client, LocalCluster, Nanny, Worker, get_worker
+from distributed.core import Server
 
 from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import RankNanny, rank_environment
 
 logger = logging.getLogger(__name__)
+
+
+def _named_parameters(cls: type) -> set[str]:
+    return {name for name, p in inspect.signature(cls.__init__).parameters.items()
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name != "self"}
+
+
+def _check_cluster_kwargs(kwargs: dict[str, Any]) -> None:
+    """Refuse, before any process starts, a keyword that neither ``LocalCluster`` nor its
+    workers take (Dask would report only that a worker "failed to start")."""
+    known = {"n_workers", "threads_per_worker", "address", "host", "client"}.union(
+        *(_named_parameters(c) for c in (LocalCluster, Nanny, Worker, Server)))
+    for name in kwargs:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"Cluster: unknown argument {name!r} (expected an argument of "
+                            f"gp.Cluster, distributed.LocalCluster or its workers){hint}")
 
 
 class Cluster:
@@ -40,6 +61,7 @@ class Cluster:
         else:
             if n_workers < 1:
                 raise ValueError(f"n_workers: expected at least 1 worker, got {n_workers}")
+            _check_cluster_kwargs(kwargs)
             check_main_guard()  # spawned workers re-import the script: refuse unguarded calls
             # Rank errors reach the caller as RankFailure; worker logs at shutdown (heartbeats to a
             # scheduler already closed) would only be noise.

@@ -134,3 +134,11 @@ def _child_pids() -> list[int]:
     import psutil
 
     return [p.pid for p in psutil.Process().children(recursive=True)]
+
+
+@pytest.mark.parametrize("name, hint", [("workers", "n_workers"), ("memory_limt", "memory_limit")])
+def test_a_misspelt_cluster_argument_is_named_before_any_process_starts(name, hint):
+    """Dask would only report that a worker "failed to start"; gp.Cluster names the argument
+    and its closest match, and starts nothing."""
+    with pytest.raises(TypeError, match=rf"unknown argument '{name}'.*did you mean '{hint}'"):
+        gp.Cluster(**{name: 2})
