@@ -4,15 +4,17 @@ memory cap under which single training cannot run while the pipeline trains.
 GCNII-32, hidden 64, on synthetic planted-partition graphs (avg degree 10, 8 classes, 64
 features, homophily 0.8, seed 0), 8 chunks, one torch thread per process, training only.
 
-Part 1, at ``--nodes`` (default 1,000,000) and at ``--fit-nodes`` (default 200,000): ``single`` in
+Part 1, at each of ``--fit-nodes`` (default 200,000 and 300,000) and at ``--nodes`` (default
+1,000,000): ``single`` in
 a fresh child process vs ``pipeline`` (2 stages) on a 2-worker ``gp.Cluster``; median epoch time
 and peak RSS (``VmHWM``) of the child and of each rank. ``single`` runs a second time with
 ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (glibc maps every allocation above 32 MiB afresh, so
-each full-graph tensor faults its pages in again; its minor page faults per epoch are recorded). A size whose predicted peak (the measured
-``--fit-nodes`` peaks scaled by the node ratio) does not fit this machine's memory is not run;
-the record says how much it would need.
+each full-graph tensor faults its pages in again; its minor page faults per epoch are recorded).
+A size whose predicted peaks (a straight line through the sizes measured so far, peak = a + b·n;
+one size: scaled by the node ratio) do not fit this machine's memory is not run; the record says
+how much it would need, and the line's peaks and ratios there (an extrapolation, marked so).
 
-Part 2, at ``--fit-nodes``: a 2-worker ``gp.Cluster`` whose workers each have ``memory_limit``
+Part 2, at the first ``--fit-nodes``: a 2-worker ``gp.Cluster`` whose workers each have ``memory_limit``
 (default: halfway between the pipeline's per-rank peak and single's peak of part 1). ``single``
 runs as a task on one capped worker (Dask's nanny terminates a worker at 95% of its limit), then
 ``pipeline`` with ``recompute=True`` on both capped workers. Both outcomes are recorded.
@@ -138,11 +140,43 @@ def capped(nodes: int, limit: int, args: argparse.Namespace, log: Any) -> dict[s
     return outcome
 
 
-def predicted_need(small: dict[str, Any], nodes: int) -> dict[str, float]:
-    """Peak bytes at ``nodes`` from the measured ones at ``small['nodes']`` (linear in n)."""
-    scale = nodes / small["nodes"]
-    return {"single": small["single"]["peak"] * scale,
-            "pipeline_total": sum(small["recompute"]["peak_per_rank"]) * scale}
+def peaks(row: dict[str, Any]) -> dict[str, float]:
+    """The peaks of one measured size: single's, the largest rank's, both ranks' together."""
+    return {"single": row["single"]["peak"],
+            "pipeline_rank": max(row["pipeline"]["peak_per_rank"]),
+            "recompute_rank": max(row["recompute"]["peak_per_rank"]),
+            "pipeline_total": sum(row["pipeline"]["peak_per_rank"]),
+            "recompute_total": sum(row["recompute"]["peak_per_rank"])}
+
+
+def predicted_need(measured: list[dict[str, Any]], nodes: int) -> dict[str, float]:
+    """Peak bytes at ``nodes``: a least-squares line ``a + b·n`` through the measured sizes
+    (one size: scaled by the node ratio)."""
+    sizes = [row["nodes"] for row in measured]
+    out = {}
+    for key in peaks(measured[0]):
+        values = [peaks(row)[key] for row in measured]
+        if len(sizes) == 1:
+            out[key] = values[0] * nodes / sizes[0]
+            continue
+        mean_n, mean_v = statistics.fmean(sizes), statistics.fmean(values)
+        slope = (sum((n - mean_n) * (v - mean_v) for n, v in zip(sizes, values))
+                 / sum((n - mean_n) ** 2 for n in sizes))
+        out[key] = mean_v + slope * (nodes - mean_n)
+    return out
+
+
+def not_run(measured: list[dict[str, Any]], nodes: int, available: float) -> dict[str, Any]:
+    need = predicted_need(measured, nodes)
+    sizes = ", ".join(f"{row['nodes']:,}" for row in measured)
+    fit = f"a line through {sizes} nodes" if len(measured) > 1 else f"scaled from {sizes} nodes"
+    return {"nodes": nodes, "need": need,
+            "extrapolated_ratio": need["pipeline_rank"] / need["single"],
+            "extrapolated_recompute_ratio": need["recompute_rank"] / need["single"],
+            "reason": (f"{fit}, single would peak at ~{need['single'] / GB:.0f} GiB and the two "
+                       f"pipeline ranks at ~{need['pipeline_total'] / GB:.0f} GiB together "
+                       f"(recomputing: ~{need['recompute_total'] / GB:.0f} GiB), against "
+                       f"{available / GB:.0f} GiB available on this machine")}
 
 
 def markdown(record: dict[str, Any], env: dict[str, Any]) -> str:
@@ -168,9 +202,14 @@ def markdown(record: dict[str, Any], env: dict[str, Any]) -> str:
                          f"{', '.join(f'{b / GB:.2f}' for b in p['peak_per_rank'])} | "
                          f"{max(p['peak_per_rank']) / s['peak']:.2f} | {p['efficiency']:.0%} |")
     for row in record["not_run"]:
-        lines.append(f"| {row['nodes']:,} | not run | – | – | single ~"
-                     f"{row['need']['single'] / GB:.0f}, both ranks ~"
-                     f"{row['need']['pipeline_total'] / GB:.0f} | – | – |")
+        need = row["need"]
+        lines.append(f"| {row['nodes']:,} | not run; extrapolated: single | – | – | "
+                     f"~{need['single'] / GB:.1f} | – | – |")
+        lines.append(f"| {row['nodes']:,} | not run; extrapolated: pipeline 2 × 8 | – | – | "
+                     f"~{need['pipeline_rank'] / GB:.1f} | ~{row['extrapolated_ratio']:.2f} | – |")
+        lines.append(f"| {row['nodes']:,} | not run; extrapolated: recompute | – | – | "
+                     f"~{need['recompute_rank'] / GB:.1f} | "
+                     f"~{row['extrapolated_recompute_ratio']:.2f} | – |")
     cap = record["capped"]
     lines += ["", (f"## Memory cap: {cap['memory_limit'] / GB:.2f} GiB per Dask worker, "
               f"{cap['nodes']:,} nodes"), ""]
@@ -191,7 +230,7 @@ def markdown(record: dict[str, Any], env: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=1_000_000)
-    ap.add_argument("--fit-nodes", type=int, default=200_000)
+    ap.add_argument("--fit-nodes", type=int, nargs="+", default=[200_000, 300_000])
     ap.add_argument("--layers", type=int, default=LAYERS)
     ap.add_argument("--epochs", type=int, default=2, help="timed epochs after 1 warm-up")
     ap.add_argument("--memory-limit", type=float, default=None, help="GB per capped worker")
@@ -200,27 +239,24 @@ def main() -> None:
     if serve_child(args, child):
         return
     if args.quick:
-        args.nodes, args.fit_nodes, args.layers, args.epochs = 20_000, 5_000, 4, 1
+        args.nodes, args.fit_nodes, args.layers, args.epochs = 20_000, [5_000, 8_000], 4, 1
     start, env = time.perf_counter(), environment()
     env["memory_gb"] = psutil.virtual_memory().total / GB
 
     def log(text: str) -> None:
         print(text, flush=True)
 
-    small = compare(args.fit_nodes, args, log)
-    record: dict[str, Any] = {"layers": args.layers, "epochs": args.epochs, "compare": [small],
+    record: dict[str, Any] = {"layers": args.layers, "epochs": args.epochs, "compare": [],
                               "not_run": []}
-    need = predicted_need(small, args.nodes)
-    available = psutil.virtual_memory().available
-    if max(need.values()) < 0.85 * available:
-        record["compare"].append(compare(args.nodes, args, log))
-    else:
-        record["not_run"].append({"nodes": args.nodes, "need": need, "reason": (
-            f"scaled from {args.fit_nodes:,} nodes, single would peak at ~"
-            f"{need['single'] / GB:.0f} GB and the two recomputing pipeline ranks at ~"
-            f"{need['pipeline_total'] / GB:.0f} GB together, against "
-            f"{available / GB:.0f} GB available on this machine")})
-        log(record["not_run"][-1]["reason"])
+    for nodes in sorted(set(args.fit_nodes) | {args.nodes}):
+        available = psutil.virtual_memory().available
+        measured = record["compare"]
+        if measured and max(predicted_need(measured, nodes).values()) >= 0.85 * available:
+            record["not_run"].append(not_run(measured, nodes, available))
+            log(f"{nodes:,} nodes not run: {record['not_run'][-1]['reason']}")
+        else:
+            record["compare"].append(compare(nodes, args, log))
+    small = record["compare"][0]
     # Dask's nanny terminates a worker at 95% of its limit: put that halfway between the
     # recomputing pipeline's per-rank peak and single's peak
     between = (max(small["recompute"]["peak_per_rank"]) + small["single"]["peak"]) / 2

@@ -183,17 +183,18 @@ class ReplaySource(Source):
 
 def rebuild_partitioning(config: dict[str, Any]) -> tuple[Any, Any]:
     """``(data, partitioning)`` of a saved run, as training made them: chunked modes
-    ``chunk(data, chunks, seed)``, graph mode ``partition(data, parts, "metis", seed)``;
+    ``chunk(data, chunks, seed, parts_per_chunk)``, graph mode ``partition(data, parts, "metis", seed)``;
     one-process modes ``(data, None)``."""
     from gnnpipe import datasets
-    from gnnpipe.partition import chunk, partition
+    from gnnpipe.partition import LEGACY_PARTS_PER_CHUNK, chunk, partition
 
     data = datasets.load(str(config["dataset"]))
     mode, seed = config.get("mode"), int(config.get("seed", 0))
     if mode == "graph":
         return data, partition(data, int(config["parts"]), method="metis", seed=seed)
     if mode in ("local", "pipeline", "hybrid"):
-        return data, chunk(data, int(config["chunks"]), seed=seed)
+        ppc = int(config.get("parts_per_chunk", LEGACY_PARTS_PER_CHUNK))
+        return data, chunk(data, int(config["chunks"]), seed=seed, parts_per_chunk=ppc)
     return data, None
 
 

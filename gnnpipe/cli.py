@@ -38,6 +38,7 @@ TRAIN_DEFAULTS = {"dataset": "cora", "model": "gcnii", "layers": 32, "hidden": 6
                   "mode": "single", "stages": 1, "ways": 1, "parts": 2}
 #: The modes each mode-specific train flag applies to.
 APPLIES = {"stages": ("local", "pipeline", "hybrid"), "chunks": ("local", "pipeline", "hybrid"),
+           "parts_per_chunk": ("local", "pipeline", "hybrid"),
            "ways": ("hybrid",), "parts": ("graph",), "scheduler": DISTRIBUTED,
            "dashboard": DISTRIBUTED}
 DATASET_HELP = f"{', '.join(DATASETS)}, or synthetic:NODES (planted partition)"
@@ -74,6 +75,9 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
                    help=f"local, pipeline, hybrid: pipeline stages {_default('stages')}")
     p.add_argument("--chunks", type=positive_int, default=None,
                    help="local, pipeline, hybrid: chunks per epoch (default: 4 x stages)")
+    p.add_argument("--parts-per-chunk", type=positive_int, default=None,
+                   help="local, pipeline, hybrid: METIS parts merged at random into each chunk "
+                        "(default: 1, METIS's own parts; 4: the GNNPipe paper's merge)")
     p.add_argument("--ways", type=positive_int, default=None,
                    help=f"hybrid: pipelines side by side {_default('ways')}")
     p.add_argument("--parts", type=positive_int, default=None,
@@ -184,7 +188,9 @@ def _train(args: argparse.Namespace) -> int:
                 weight_decay=args.weight_decay, gnn_weight_decay=args.gnn_weight_decay,
                 seed=args.seed, stages=args.stages, chunks=args.chunks, ways=args.ways,
                 parts=args.parts, cluster=args.scheduler, eval_every=args.eval_every,
-                device=args.device, plan=plan, background=distributed)
+                device=args.device, plan=plan, background=distributed,
+                **({} if args.parts_per_chunk is None else
+                   {"parts_per_chunk": args.parts_per_chunk}))
     server = None
     if viewer is not None:
         server, url = viewer.serve_run(run)

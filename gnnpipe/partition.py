@@ -16,8 +16,12 @@ __all__ = ["METHODS", "Partitioning", "chunk", "partition"]
 
 #: Valid values of ``partition(method=...)``.
 METHODS: tuple[str, ...] = ("metis", "random", "contiguous")
-#: METIS parts per chunk (DESIGN.md §4: ``4·C`` parts merged at random into ``C`` chunks).
-PARTS_PER_CHUNK = 4
+#: METIS parts per chunk by default: METIS's own ``C`` parts (fewest edges between chunks;
+#: DESIGN.md §4's ``4·C`` parts merged at random is ``parts_per_chunk=4``).
+PARTS_PER_CHUNK = 1
+#: What a saved run's config without ``parts_per_chunk`` was chunked with (before the default
+#: became 1).
+LEGACY_PARTS_PER_CHUNK = 4
 #: Constant part of the METIS node weight ``50 + degree`` (balances nodes and edges).
 NODE_WEIGHT_BASE = 50
 
@@ -270,18 +274,24 @@ def partition(data: Any, num_parts: int, method: str = "metis", seed: int = 0) -
     return Partitioning.from_assignment(part, num_parts, edge_index, method, seed)
 
 
-def chunk(data: Any, num_chunks: int, seed: int = 0) -> Partitioning:
+def chunk(data: Any, num_chunks: int, seed: int = 0,
+          parts_per_chunk: int = PARTS_PER_CHUNK) -> Partitioning:
     """Chunk a graph for GNNPipe training (DESIGN.md §4).
 
-    METIS splits the graph into ``min(4 * num_chunks, num_nodes)`` parts, which are
-    shuffled (seeded) and merged into ``num_chunks`` chunks of (about) 4 parts each. Nodes
-    are then ordered by chunk, by part within a chunk, and by original id, so each chunk
-    is a contiguous range of the new order. ``num_chunks=1`` is the identity order.
+    METIS splits the graph into ``min(parts_per_chunk * num_chunks, num_nodes)`` parts, which
+    are shuffled (seeded) and merged into ``num_chunks`` chunks of (about) ``parts_per_chunk``
+    parts each. Nodes are then ordered by chunk, by part within a chunk, and by original id, so
+    each chunk is a contiguous range of the new order. ``num_chunks=1`` is the identity order.
+
+    With ``parts_per_chunk=1`` (the default) the chunks are METIS's own parts: the fewest edges
+    between chunks, so the fewest historical rows read and the least of other chunks' rows each
+    chunk's aggregation touches. ``parts_per_chunk=4`` is the GNNPipe paper's random merge.
 
     Args:
         data: PyG ``Data`` with ``edge_index`` (``2 x E``) and ``num_nodes``.
         num_chunks: Number of chunks ``C``, ``1 <= C <= num_nodes``.
         seed: Seed for METIS and for the random merge.
+        parts_per_chunk: METIS parts merged into each chunk (at least 1).
 
     Returns:
         A :class:`Partitioning` with ``method="chunk"`` whose parts are the chunks.
@@ -292,11 +302,12 @@ def chunk(data: Any, num_chunks: int, seed: int = 0) -> Partitioning:
     n, edge_index = _validate_graph(data)
     num_chunks = _count_arg("num_chunks", num_chunks, n)
     seed = _count_arg("seed", seed, None)
+    parts_per_chunk = check_parts_per_chunk(parts_per_chunk)
     if num_chunks == 1:
         return Partitioning.from_assignment(
             np.zeros(n, dtype=np.int64), 1, edge_index, "chunk", seed
         )
-    num_sub = min(PARTS_PER_CHUNK * num_chunks, n)
+    num_sub = min(parts_per_chunk * num_chunks, n)
     sub = _metis(edge_index, n, num_sub, seed)
     # Position of each METIS part in a seeded shuffle; consecutive positions form a chunk.
     position = np.empty(num_sub, dtype=np.int64)
@@ -325,6 +336,13 @@ def _validate_graph(data: Any) -> tuple[int, torch.Tensor]:
     if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= n):
         raise ValueError(f"data.edge_index: node ids must lie in [0, {n}) (num_nodes)")
     return n, edge_index.long()
+
+
+def check_parts_per_chunk(value: Any) -> int:
+    """``parts_per_chunk`` as an int >= 1, or a ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"parts_per_chunk: expected an int >= 1; got {value!r}")
+    return int(value)
 
 
 def _count_arg(name: str, value: Any, upper: int | None) -> int:

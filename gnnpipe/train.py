@@ -23,6 +23,7 @@ from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.engine.local import LocalEngine, stage_ranges
 from gnnpipe.events import Timeline
 from gnnpipe.models import LayerStack
+from gnnpipe.partition import PARTS_PER_CHUNK, check_parts_per_chunk
 from gnnpipe.partition import chunk as make_chunks
 from gnnpipe.pyg import default_techniques, for_training
 from gnnpipe.run import Run, events_frame, history_from
@@ -36,6 +37,7 @@ DISTRIBUTED = validate.DISTRIBUTED
 def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 200,
           lr: float = 0.01, weight_decay: float = 5e-4, gnn_weight_decay: float | None = None,
           seed: int = 0, stages: int = 1, chunks: int | None = None,
+          parts_per_chunk: int = PARTS_PER_CHUNK,
           ways: int = 1, parts: int = 2, techniques: Techniques | dict | bool | None = None,
           recompute: bool = False, cluster: Any = None, workers: int | None = None,
           background: bool = False, timeout: float = 120.0, plan: Any = None,
@@ -62,6 +64,9 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         seed: seeds chunking, chunk order and dropout masks; the model's initial weights are yours.
         stages: pipeline stages (block ranges); the math of ``local`` does not depend on it.
         chunks: chunks per epoch; default ``4 × stages`` for chunked modes.
+        parts_per_chunk: METIS parts merged at random into each chunk (:func:`gnnpipe.chunk`);
+            1 (default): METIS's own parts, the fewest edges between chunks; 4: the GNNPipe
+            paper's merge.
         techniques: GNNPipe's convergence switches (:class:`~gnnpipe.engine.chunked.Techniques`;
             a dict changes the all-on defaults). ``None``: all on, except for models with PyG
             message-passing layers, which train with the snapshot and unbiased gradients off
@@ -120,6 +125,7 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
     config = {"mode": mode, "model": model.name, "layers": model.num_layers, "epochs": epochs,
               "lr": lr, "weight_decay": weight_decay, "gnn_weight_decay": gnn_weight_decay,
               "seed": seed, "stages": stages, "chunks": chunks if mode != "single" else 1,
+              "parts_per_chunk": check_parts_per_chunk(parts_per_chunk),
               "techniques": asdict(tech), "recompute": recompute,
               "dataset": getattr(data, "name", None), "ways": ways, "parts": parts,
               "eval_every": eval_every, "device": device,
@@ -146,7 +152,8 @@ def _train_here(model: LayerStack, data: Data, config: dict[str, Any], tech: Tec
     model.to(device)
     optimizer = torch.optim.Adam(model.param_groups(config["weight_decay"],
                                                     config["gnn_weight_decay"]), lr=config["lr"])
-    parts = None if mode == "single" else make_chunks(data, config["chunks"], seed=seed)
+    parts = None if mode == "single" else make_chunks(
+        data, config["chunks"], seed=seed, parts_per_chunk=config["parts_per_chunk"])
     layout = ckpt.layout(mode, config["ranges"], ckpt.node_order(parts))
     if parts is None:
         eval_data = copy.copy(data).to(device)  # a shallow copy: the caller's data stays put

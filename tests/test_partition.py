@@ -304,3 +304,23 @@ def test_bad_graph():
         partition(Data(edge_index=torch.zeros(3, 2, dtype=torch.long), num_nodes=3), 2)
     with pytest.raises(ValueError, match="data"):
         partition(object(), 2)
+
+
+def test_default_chunks_are_metis_parts_and_the_paper_merge_cuts_more():
+    """``parts_per_chunk=1``: each chunk is one of METIS's own parts (the same grouping as
+    ``partition(..., "metis")`` with that seed); merging 4 parts per chunk at random cuts more."""
+    data = planted()
+    own = chunk(data, 8, seed=0)
+    metis = partition(data, 8, "metis", seed=0)
+    groups = {tuple(sorted(metis.assignment[own.assignment == c].unique().tolist()))
+              for c in range(8)}
+    assert groups == {(p,) for p in range(8)}
+    merged = chunk(data, 8, seed=0, parts_per_chunk=4)
+    assert own.edge_cut < 0.5 * merged.edge_cut
+    assert own.total_halo_rows < merged.total_halo_rows
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5])
+def test_chunk_bad_parts_per_chunk(value):
+    with pytest.raises(ValueError, match="parts_per_chunk: expected an int"):
+        chunk(ring(10), 2, parts_per_chunk=value)

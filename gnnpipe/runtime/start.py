@@ -29,7 +29,8 @@ def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], tec
         parts = partition(data, config["parts"], method="metis", seed=config["seed"])
         stages, ways = 1, 1
     else:
-        parts = chunk(data, config["chunks"], seed=config["seed"])
+        parts = chunk(data, config["chunks"], seed=config["seed"],
+                      parts_per_chunk=config["parts_per_chunk"])
         stages, ways = config["stages"], config["ways"]
     ranges = [(0, len(model))] if mode == "graph" else [tuple(r) for r in config["ranges"]]
     topic = new_topic()

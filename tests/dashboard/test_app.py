@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pandas as pd
@@ -118,6 +119,23 @@ def test_replayed_folder_rebuilds_its_chunking(cora, tmp_path):
     assert replay.partitioning.assignment.tolist() == run.partitioning.assignment.tolist()
     root = Dashboard(tmp_path / "r").panel().get_root()
     assert len(list(root.references())) > 50
+
+
+def test_a_folder_saved_before_parts_per_chunk_rebuilds_the_merge_it_trained_with(cora, tmp_path):
+    """Runs saved before ``parts_per_chunk`` existed were chunked with 4 METIS parts merged
+    per chunk; their config lacks the key, and the replay rebuilds that chunking, not today's."""
+    model = gp.models.gcn(cora.num_features, hidden=8, out_dim=7, layers=2)
+    run = gp.train(model, cora, "local", stages=2, chunks=4, epochs=1, parts_per_chunk=4,
+                   progress=False)
+    assert run.config["parts_per_chunk"] == 4
+    folder = run.save(tmp_path / "old")
+    config = json.loads((folder / "config.json").read_text())
+    del config["parts_per_chunk"]
+    (folder / "config.json").write_text(json.dumps(config))
+    replay = ReplaySource(folder)
+    assert replay.partitioning.assignment.tolist() == run.partitioning.assignment.tolist()
+    today = gp.chunk(cora, 4, seed=0)
+    assert today.assignment.tolist() != run.partitioning.assignment.tolist()
 
 
 def test_source_argument_is_checked():
