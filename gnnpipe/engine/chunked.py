@@ -99,6 +99,11 @@ class LayerBuffers:
     snap: Tensor | None
     grad: Tensor | None = None
     grad_in_h: bool = False
+    #: Recomputation's copy of the forward's aggregation outputs ``Z``, rows by chunk: one
+    #: full-size tensor kept across epochs, not a tensor per chunk allocated every epoch
+    #: (those fragment the heap, and a rank's resident memory grew epoch after epoch). Not part
+    #: of a checkpoint.
+    kept_z: Tensor | None = None
 
     @property
     def dZ(self) -> Tensor:
@@ -114,6 +119,12 @@ class LayerBuffers:
         grad = self.H if self.grad_in_h else self.grad
         if grad is not None:
             grad.zero_()
+
+    def keep_z(self, lo: int, hi: int, z: Tensor) -> None:
+        """Keep ``z``, the forward's ``Z[lo:hi]``, for the replay (:attr:`kept_z`)."""
+        if self.kept_z is None:
+            self.kept_z = torch.empty_like(self.H)
+        self.kept_z[lo:hi] = z
 
     def tensors(self) -> dict[str, Tensor]:
         """The buffers allocated so far, by name (``H``, ``dZ``, ``snap``; ``dZ`` only where it
@@ -200,12 +211,13 @@ class ChunkContext:
 
     def aggregate(self, h: Tensor, key: int) -> Tensor:
         buf = self.ex.buffers_for(key, h.size(1), h.dtype)
-        cached = self.cache[key] if self.replay and self.cache is not None else None
+        recompute = self.cache is not None
+        cached = buf.kept_z[self.lo:self.hi] if recompute and self.replay else None
         z = _ChunkAggregate.apply(h, buf, self.ex.rows[self.chunk], self.lo, self.hi,
                                   self.ex.techniques.unbiased_grad, cached, self.ex.sync, key,
                                   self.chunk)
-        if self.cache is not None and not self.replay:
-            self.cache[key] = z.detach()
+        if recompute and not self.replay:
+            buf.keep_z(self.lo, self.hi, z.detach())
         return z
 
     def message_passing(self, module: torch.nn.Module, h: Tensor, key: int) -> Tensor:

@@ -23,6 +23,7 @@ from gnnpipe.engine.driver import drive
 from gnnpipe.models import LayerStack
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.store import bind_transport, rendezvous, worker_host
+from gnnpipe.runtime.workerenv import release_freed_memory
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,9 @@ class EpochReporter:
 
 
 def _reset_peak_rss() -> None:
-    """Start this rank's peak-memory count afresh (workers are reused across runs)."""
+    """Start this rank's peak-memory count afresh (workers are reused across runs), from a
+    resident size without the heap an earlier run on this worker left."""
+    release_freed_memory()
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")

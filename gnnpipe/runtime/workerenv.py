@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
+import ctypes.util
 import logging
 import os
 from collections.abc import Iterator
@@ -34,6 +36,22 @@ COSTS = {
     "profiler": "measured about 1.1x slower torch compute (Dask samples the stack every 10 ms)",
     "threads": "ranks use fewer cores than the worker was given",
 }
+
+
+def release_freed_memory() -> bool:
+    """Hand the memory glibc keeps from freed tensors back to the OS (``malloc_trim(0)``);
+    whether it could. Without a trim threshold (:func:`worker_config`) a worker keeps the heap
+    of its last run, and a rank's peak, counted from the resident size it starts at, would
+    include it. Not glibc: nothing to do."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        trim = None
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 def worker_config(threads: int) -> dict[str, Any]:

@@ -80,7 +80,8 @@ def test_chunk_order_is_a_seeded_permutation():
     assert chunk_order(16, seed=3, epoch=5, random_order=False) == list(range(16))
 
 
-def _path_executor(techniques: Techniques, input_grad: bool = False) -> tuple[StageExecutor, torch.Tensor]:
+def _path_executor(techniques: Techniques, input_grad: bool = False,
+                   recompute: bool = False) -> tuple[StageExecutor, torch.Tensor]:
     """A 4-node path 0-1-2-3 in two chunks {0,1}, {2,3}, one GCN layer with identity weight."""
     ei = torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]])
     adj = normalized_adjacency(ei, 4, "sym")
@@ -88,7 +89,8 @@ def _path_executor(techniques: Techniques, input_grad: bool = False) -> tuple[St
     with torch.no_grad():
         model.blocks[0].lin.weight.copy_(torch.eye(2))
         model.blocks[0].bias.zero_()
-    ex = StageExecutor(model, 0, 1, adj, [0, 2, 4], techniques, seed=0, input_grad=input_grad)
+    ex = StageExecutor(model, 0, 1, adj, [0, 2, 4], techniques, seed=0, recompute=recompute,
+                       input_grad=input_grad)
     return ex, adj.A.to_dense()
 
 
@@ -124,6 +126,32 @@ def test_pull_backward_gradient_of_a_middle_stage():
     dz_hist = torch.cat([torch.zeros(2, 2), g[2:]])  # chunk 0's gradient rows not yet written
     assert torch.allclose(d1, A.T[2:] @ dz_hist, atol=1e-6)
     assert torch.allclose(d0, A.T[:2] @ g, atol=1e-6)  # all rows fresh by now
+
+
+def test_recompute_keeps_the_aggregations_in_one_buffer_across_epochs():
+    """Recomputation's replay reads the forward's ``Z`` rows from one full-size tensor per layer
+    that lives across epochs (no per-chunk tensors allocated every epoch), and its gradients
+    equal those of the forward that kept its autograd graph."""
+    tech = Techniques(random_order=False, snapshot=True, snapshot_period=2, unbiased_grad=True)
+    grads, storages = {}, []
+    for recompute in (False, True):
+        ex, A = _path_executor(tech, input_grad=True, recompute=recompute)
+        for epoch in range(3):
+            ex.begin_epoch(epoch)
+            x = torch.arange(8.0).view(4, 2) + epoch
+            for c in (0, 1):
+                ex.forward(c, [x[2 * c:2 * c + 2]])
+            if recompute:
+                z = ex.buffers[0].kept_z
+                assert torch.allclose(z[2:], A[2:] @ x, atol=1e-6)  # chunk 1 read fresh rows
+                storages.append(z.untyped_storage().data_ptr())
+                assert all(not s.cache for s in ex.saved.values())
+            grads[recompute, epoch] = [ex.backward(c, [torch.ones(2, 2)])[0] for c in (1, 0)]
+            ex.end_epoch()
+    assert len(set(storages)) == 1
+    for epoch in range(3):
+        for a, b in zip(grads[False, epoch], grads[True, epoch]):
+            assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_snapshot_resets_history_each_epoch():
