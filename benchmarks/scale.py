@@ -149,6 +149,7 @@ def peaks(row: dict[str, Any]) -> dict[str, float]:
     return {"single": row["single"]["peak"],
             "pipeline_rank": max(row["pipeline"]["peak_per_rank"]),
             "recompute_rank": max(row["recompute"]["peak_per_rank"]),
+            "recompute_more_chunks_rank": max(row["recompute_more_chunks"]["peak_per_rank"]),
             "pipeline_total": sum(row["pipeline"]["peak_per_rank"]),
             "recompute_total": sum(row["recompute"]["peak_per_rank"])}
 
@@ -177,6 +178,8 @@ def not_run(measured: list[dict[str, Any]], nodes: int, available: float) -> dic
     return {"nodes": nodes, "need": need,
             "extrapolated_ratio": need["pipeline_rank"] / need["single"],
             "extrapolated_recompute_ratio": need["recompute_rank"] / need["single"],
+            "extrapolated_recompute_more_chunks_ratio":
+                need["recompute_more_chunks_rank"] / need["single"],
             "reason": (f"{fit}, single would peak at ~{need['single'] / GB:.0f} GiB and the two "
                        f"pipeline ranks at ~{need['pipeline_total'] / GB:.0f} GiB together "
                        f"(recomputing: ~{need['recompute_total'] / GB:.0f} GiB), against "
@@ -215,6 +218,9 @@ def markdown(record: dict[str, Any], env: dict[str, Any]) -> str:
         lines.append(f"| {row['nodes']:,} | not run; extrapolated: recompute | – | – | "
                      f"~{need['recompute_rank'] / GB:.1f} | "
                      f"~{row['extrapolated_recompute_ratio']:.2f} | – |")
+        lines.append(f"| {row['nodes']:,} | not run; extrapolated: 2 × {2 * CHUNKS}, recompute "
+                     f"| – | – | ~{need['recompute_more_chunks_rank'] / GB:.1f} | "
+                     f"~{row['extrapolated_recompute_more_chunks_ratio']:.2f} | – |")
     cap = record["capped"]
     lines += ["", (f"## Memory cap: {cap['memory_limit'] / GB:.2f} GiB per Dask worker, "
               f"{cap['nodes']:,} nodes"), ""]
