@@ -136,7 +136,7 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
     for flag, modes in APPLIES.items():
         value = getattr(args, flag)
         if value is not None and value is not False and mode not in modes:
-            raise CliError(f"--{flag}: does not apply to --mode {mode} (only to "
+            raise CliError(f"--{flag.replace('_', '-')}: does not apply to --mode {mode} (only to "
                            f"{', '.join(modes)})")
     for flag, value in TRAIN_DEFAULTS.items():
         if getattr(args, flag) is None and flag not in ("dataset", "model", "layers", "hidden"):
