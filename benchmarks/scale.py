@@ -164,10 +164,8 @@ def predicted_need(measured: list[dict[str, Any]], nodes: int) -> dict[str, floa
         if len(sizes) == 1:
             out[key] = values[0] * nodes / sizes[0]
             continue
-        mean_n, mean_v = statistics.fmean(sizes), statistics.fmean(values)
-        slope = (sum((n - mean_n) * (v - mean_v) for n, v in zip(sizes, values))
-                 / sum((n - mean_n) ** 2 for n in sizes))
-        out[key] = mean_v + slope * (nodes - mean_n)
+        slope, intercept = statistics.linear_regression(sizes, values)
+        out[key] = intercept + slope * nodes
     return out
 
 
