@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from gnnpipe.validate import positive_int
+
 __all__ = ["METHODS", "Partitioning", "chunk", "partition"]
 
 #: Valid values of ``partition(method=...)``.
@@ -302,7 +304,7 @@ def chunk(data: Any, num_chunks: int, seed: int = 0,
     n, edge_index = _validate_graph(data)
     num_chunks = _count_arg("num_chunks", num_chunks, n)
     seed = _count_arg("seed", seed, None)
-    parts_per_chunk = check_parts_per_chunk(parts_per_chunk)
+    parts_per_chunk = positive_int("parts_per_chunk", parts_per_chunk)
     if num_chunks == 1:
         return Partitioning.from_assignment(
             np.zeros(n, dtype=np.int64), 1, edge_index, "chunk", seed
@@ -336,13 +338,6 @@ def _validate_graph(data: Any) -> tuple[int, torch.Tensor]:
     if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= n):
         raise ValueError(f"data.edge_index: node ids must lie in [0, {n}) (num_nodes)")
     return n, edge_index.long()
-
-
-def check_parts_per_chunk(value: Any) -> int:
-    """``parts_per_chunk`` as an int >= 1, or a ``ValueError`` naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"parts_per_chunk: expected an int >= 1; got {value!r}")
-    return int(value)
 
 
 def _count_arg(name: str, value: Any, upper: int | None) -> int:

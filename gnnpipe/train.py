@@ -23,7 +23,7 @@ from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.engine.local import LocalEngine, stage_ranges
 from gnnpipe.events import Timeline
 from gnnpipe.models import LayerStack
-from gnnpipe.partition import PARTS_PER_CHUNK, check_parts_per_chunk
+from gnnpipe.partition import PARTS_PER_CHUNK
 from gnnpipe.partition import chunk as make_chunks
 from gnnpipe.pyg import default_techniques, for_training
 from gnnpipe.run import Run, events_frame, history_from
@@ -115,7 +115,8 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
     """
     model = for_training(model, mode, data)  # PyG BasicGNN / Sequential -> LayerStack, same weights
     data = validate.check_train(
-        model, data, mode, plan=plan, stages=stages, chunks=chunks, ways=ways, parts=parts,
+        model, data, mode, plan=plan, stages=stages, chunks=chunks,
+        parts_per_chunk=parts_per_chunk, ways=ways, parts=parts,
         workers=workers, cluster=cluster, techniques=techniques, split=split, epochs=epochs, lr=lr,
         weight_decay=weight_decay, gnn_weight_decay=gnn_weight_decay, seed=seed,
         recompute=recompute, background=background, timeout=timeout, eval_every=eval_every,
@@ -125,7 +126,7 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
     config = {"mode": mode, "model": model.name, "layers": model.num_layers, "epochs": epochs,
               "lr": lr, "weight_decay": weight_decay, "gnn_weight_decay": gnn_weight_decay,
               "seed": seed, "stages": stages, "chunks": chunks if mode != "single" else 1,
-              "parts_per_chunk": check_parts_per_chunk(parts_per_chunk),
+              "parts_per_chunk": int(parts_per_chunk),
               "techniques": asdict(tech), "recompute": recompute,
               "dataset": getattr(data, "name", None), "ways": ways, "parts": parts,
               "eval_every": eval_every, "device": device,

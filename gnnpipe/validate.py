@@ -182,9 +182,9 @@ def split(plan: Any, stages: Any, chunks: Any) -> tuple[list[tuple[int, int]] | 
 
 
 def check_train(model: Any, data: Any, mode: Any, *, plan: Any = None, stages: Any = 1,
-                chunks: Any = None, ways: Any = 1, parts: Any = 2, workers: Any = None,
-                cluster: Any = None, techniques: Any = None, split: Any = None,
-                **scalars: Any) -> Any:
+                chunks: Any = None, parts_per_chunk: Any = 1, ways: Any = 1, parts: Any = 2,
+                workers: Any = None, cluster: Any = None, techniques: Any = None,
+                split: Any = None, **scalars: Any) -> Any:
     """Check every argument of ``gp.train`` (same names; ``scalars`` are the epochs, lr,
     weight_decay, gnn_weight_decay, seed, recompute, background, timeout, eval_every, device and
     progress) and return the graph to train on (:func:`model_graph`: ``data`` with masks from
@@ -200,6 +200,7 @@ def check_train(model: Any, data: Any, mode: Any, *, plan: Any = None, stages: A
     if plan is not None:
         check_plan(plan, model)
     Techniques.coerce(techniques)
+    positive_int("parts_per_chunk", parts_per_chunk)
     _check_layout(model, data.num_nodes, mode, plan, stages, chunks, ways, parts, workers)
     if mode in DISTRIBUTED:
         from gnnpipe.runtime.cluster import check_cluster

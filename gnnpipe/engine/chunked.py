@@ -211,7 +211,7 @@ class ChunkContext:
 
     def aggregate(self, h: Tensor, key: int) -> Tensor:
         buf = self.ex.buffers_for(key, h.size(1), h.dtype)
-        recompute = self.cache is not None
+        recompute = self.ex.recompute
         cached = buf.kept_z[self.lo:self.hi] if recompute and self.replay else None
         z = _ChunkAggregate.apply(h, buf, self.ex.rows[self.chunk], self.lo, self.hi,
                                   self.ex.techniques.unbiased_grad, cached, self.ex.sync, key,

@@ -88,7 +88,7 @@ def test_background_run_is_live_and_stops_together(cluster, small_graph):
     ({"mode": "graph", "parts": 0}, "parts: expected a positive integer"),
     ({"mode": "graph", "parts": 2, "workers": 4}, "workers: parts = 2 ranks"),
     ({"mode": "pipeline", "stages": 2, "cluster": 42}, "cluster: expected None"),
-    ({"mode": "pipeline", "stages": 2, "parts_per_chunk": 0}, "parts_per_chunk: expected an int"),
+    ({"mode": "pipeline", "stages": 2, "parts_per_chunk": 0}, "parts_per_chunk: expected a positive"),
 ])
 def test_bad_configurations_fail_before_any_worker_starts(small_graph, kwargs, match):
     before = set(_child_pids())
