@@ -72,7 +72,7 @@ def launch(spec: JobSpec, cluster: Cluster, number: int = 0,
     resuming from the checkpoint folder ``resume`` if given); raise :class:`RankFailure` naming
     the first rank that failed (a dead worker first, then a rank's own error or a hung rank,
     over its peers' fallout)."""
-    n = len(cluster.workers())
+    n = len(cluster.ready(spec.world, spec.timeout))  # a local cluster's view may lag a restart
     if n < spec.world:
         raise ValueError(f"cluster: the run needs {spec.world} workers, the cluster has {n}")
     topic = f"{spec.topic}-{number}" if number else spec.topic  # fresh task keys per attempt
