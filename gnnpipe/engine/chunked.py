@@ -9,6 +9,7 @@ on each rank and adds communication, so both compute exactly the same thing.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -16,7 +17,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from gnnpipe.engine.graph import Adjacency
+from gnnpipe.engine.graph import Adjacency, ChunkRows, GatherSpace
 from gnnpipe.engine.message_passing import MessageGraphs, chunk_message_passing
 from gnnpipe.engine.single import LAYER_RNG_KEY, chunk_loss, keyed_dropout, mask_seed
 from gnnpipe.models import LayerStack
@@ -174,7 +175,7 @@ class _ChunkAggregate(torch.autograd.Function):
     ``dH[c] = Âᵀ[c,:] @ dZbuf`` after writing the chunk's gradient into ``dZbuf[c]``."""
 
     @staticmethod
-    def forward(ctx, h: Tensor, buf: LayerBuffers, rows: Adjacency, lo: int, hi: int,  # type: ignore[override]
+    def forward(ctx, h: Tensor, buf: LayerBuffers, rows: ChunkRows, lo: int, hi: int,  # type: ignore[override]
                 double: bool, cached: Tensor | None, sync: RowSync | None, key: int,
                 chunk: int) -> Tensor:
         ctx.buf, ctx.rows, ctx.lo, ctx.hi, ctx.double = buf, rows, lo, hi, double
@@ -264,7 +265,9 @@ class StageExecutor:
         self.sync = sync
         self.bounds = [int(b) for b in bounds]
         self.num_nodes, self.device = adj.num_nodes, adj.A.device
-        self.rows = [adj.rows(self.bounds[c], self.bounds[c + 1]) for c in range(len(self.bounds) - 1)]
+        # on the CPU a chunk's products gather the rows they read first (graph.RowBlock)
+        space = GatherSpace() if self.device.type == "cpu" else None
+        self.rows = [ChunkRows.of(adj, lo, hi, space) for lo, hi in itertools.pairwise(self.bounds)]
         self.message_graphs = None if adj.edge_index is None else MessageGraphs(
             adj.edge_index, self.num_nodes, self.bounds)  # built on a message_passing call
         self.techniques, self.seed, self.recompute = techniques, seed, recompute

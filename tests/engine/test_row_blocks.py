@@ -1,0 +1,63 @@
+"""A chunk's rows of the adjacency, compacted to the columns they read (engine.graph.RowBlock)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import gnnpipe as gp
+from gnnpipe.engine.chunked import StageExecutor, Techniques
+from gnnpipe.engine.graph import ChunkRows, GatherSpace, RowBlock, normalized_adjacency
+
+
+@pytest.fixture(scope="module")
+def chunked_graph(small_graph):
+    part = gp.chunk(small_graph, 8, seed=0)
+    data = part.apply(small_graph)
+    return normalized_adjacency(data.edge_index, data.num_nodes, "sym"), part.bounds.tolist()
+
+
+def test_compacted_products_equal_the_plain_ones_bit_for_bit(chunked_graph):
+    adj, bounds = chunked_graph
+    space = GatherSpace()
+    dense = torch.randn(adj.num_nodes, 16)
+    for lo, hi in itertools.pairwise(bounds):
+        plain = adj.rows(lo, hi)
+        rows = ChunkRows.of(adj, lo, hi, space)
+        for block, matrix in ((rows.A, plain.A), (rows.AT, plain.AT)):
+            assert block.cols is not None and block.cols.numel() < adj.num_nodes
+            assert torch.equal(block.cols, torch.unique(matrix.col_indices()).long())
+            assert block.csr.size(1) == block.cols.numel()
+            assert torch.equal(block @ dense, matrix @ dense)
+
+
+def test_rows_reading_every_column_stay_plain(chunked_graph):
+    adj, _ = chunked_graph
+    block = RowBlock.compact(adj.A)  # self-loops: the whole matrix reads every column
+    assert block.cols is None and block.csr is adj.A
+
+
+def test_one_gather_buffer_per_width_serves_every_product(chunked_graph):
+    adj, bounds = chunked_graph
+    space = GatherSpace()
+    blocks = [ChunkRows.of(adj, lo, hi, space).A for lo, hi in itertools.pairwise(bounds)]
+    dense = torch.randn(adj.num_nodes, 8)
+    for block in blocks:
+        block @ dense
+    tallest = max(b.cols.numel() for b in blocks)
+    gathered = space.take(1, dense)
+    assert gathered.untyped_storage().nbytes() == tallest * 8 * 4
+    assert space.take(tallest, dense).data_ptr() == gathered.data_ptr()
+    wider = space.take(1, torch.randn(adj.num_nodes, 4))
+    assert wider.data_ptr() != gathered.data_ptr()  # a width of its own
+
+
+def test_a_cpu_stage_compacts_its_chunks_and_one_chunk_stays_plain(chunked_graph, small_graph):
+    adj, bounds = chunked_graph
+    model = gp.models.gcn(small_graph.num_features, hidden=8, out_dim=4, layers=2)
+    ex = StageExecutor(model, 0, 2, adj, bounds, Techniques(), seed=0)
+    assert all(r.A.cols is not None and r.AT.cols is not None for r in ex.rows)
+    whole = StageExecutor(model, 0, 2, adj, [0, adj.num_nodes], Techniques(), seed=0)
+    assert whole.rows[0].A.cols is None
