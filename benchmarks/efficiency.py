@@ -9,7 +9,9 @@ for S = 2 and 4 ranks:
 - ``pipeline`` S × 1 thread, ``graph`` S × 1 and (S = 4) ``hybrid`` 2 ways × 2 stages: on one
   4-worker ``gp.Cluster`` (gnnpipe's rank environment: no trim threshold, no profiler).
 
-Per run: the median epoch time of epochs 1.. (epoch 0 is warm-up), bytes per epoch measured and
+Every configuration runs ``--rounds`` times (default 2), the order reversed every other round so
+the shared machine's drift meets all of them. Per configuration: the median epoch time of epochs
+1.. of every round (epoch 0 is warm-up), bytes per epoch measured and
 from ``gp.comm_volume``, peak RSS per rank, and from the measured timeline the ranks' compute /
 communication / waiting / idle shares. Parallel efficiency = ideal ÷ measured epoch with ideal =
 ``local`` (measured in its child) ÷ R × (C' + S − 1) / C' (``graph``: ÷ R only, its one-process
@@ -18,7 +20,7 @@ table also gives the core-bound ideal (÷ min(R, cores)).
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/efficiency.py            # ~15 min, writes results/efficiency.*
+    .venv/bin/python benchmarks/efficiency.py            # ~10 min, writes results/efficiency.*
     .venv/bin/python benchmarks/efficiency.py --quick    # smoke test, writes nothing
 """
 
@@ -117,25 +119,57 @@ def configs(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def measure_one(cfg: dict[str, Any], data: Any, cluster: Any) -> dict[str, Any]:
+    """One configuration: ``single``/``local`` in a fresh child, the others on ``cluster``."""
+    if cfg["mode"] in ("single", "local"):
+        return run_child(__file__, cfg)
+    cluster.client.run(reset_peak)
+    run = train(cfg, data, cluster=cluster, timeout=600.0)
+    hwm = cluster.client.run(peak_rss)
+    ranks = cluster.workers()[:cfg["ranks"]]
+    row = summarize(run, cfg, {r: hwm[w] for r, w in enumerate(ranks)})
+    row["predicted_bytes"] = gp.comm_volume(build(cfg["model"], data, cfg["layers"]), data,
+                                            cfg["mode"], **kwargs_of(cfg["mode"], cfg["ranks"]))
+    return row
+
+
 def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
+    """Every configuration once per round, the order reversed every other round so the
+    machine's drift meets all of them; the rounds pooled (:func:`pool`)."""
     todo = configs(args)
-    results = []
-    for cfg in (c for c in todo if c["mode"] in ("single", "local")):
-        results.append(run_child(__file__, cfg))
-        log(results[-1])
     data = graph(args.nodes)
+    rounds = []
     with gp.Cluster(n_workers=max(args.ranks)) as cluster:
-        for cfg in (c for c in todo if c["mode"] not in ("single", "local")):
-            cluster.client.run(reset_peak)
-            run = train(cfg, data, cluster=cluster, timeout=600.0)
-            hwm = cluster.client.run(peak_rss)
-            ranks = cluster.workers()[:cfg["ranks"]]
-            results.append(summarize(run, cfg, {r: hwm[w] for r, w in enumerate(ranks)}))
-            results[-1]["predicted_bytes"] = gp.comm_volume(
-                build(cfg["model"], data, cfg["layers"]), data, cfg["mode"],
-                **kwargs_of(cfg["mode"], cfg["ranks"]))
-            log(results[-1])
-    return results
+        for k in range(args.rounds):
+            done = []
+            for cfg in todo if k % 2 == 0 else todo[::-1]:
+                done.append(measure_one(cfg, data, cluster))
+                log(done[-1])
+            rounds.append(done)
+    return pool(rounds)
+
+
+def pool(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per configuration: every round's timed epochs together (their median is the
+    row's epoch time), the highest peak, the median of the rounds' shares."""
+    def key(r: dict[str, Any]) -> tuple:
+        return r["model"], r["mode"], r["ranks"], r["threads"]
+
+    runs: dict[tuple, list[dict[str, Any]]] = {}
+    for r in (r for done in rounds for r in done):
+        runs.setdefault(key(r), []).append(r)
+    pooled = []
+    for r in rounds[0]:
+        same = runs[key(r)]
+        row = {**r, "epoch_times": [t for s in same for t in s["epoch_times"]],
+               "round_medians": [s["median_epoch_s"] for s in same],
+               "peak_rss_mb": {k: max(s["peak_rss_mb"][k] for s in same) for k in r["peak_rss_mb"]}}
+        row["median_epoch_s"] = statistics.median(row["epoch_times"])
+        if "shares" in r:
+            row["shares"] = {c: statistics.median(s["shares"][c] for s in same) for c in CLASSES}
+            row["span_s"] = statistics.median(s["span_s"] for s in same)
+        pooled.append(row)
+    return pooled
 
 
 def table(results: list[dict[str, Any]]) -> pd.DataFrame:
@@ -172,7 +206,8 @@ def markdown(results: list[dict[str, Any]], frame: pd.DataFrame, env: dict[str, 
              args: argparse.Namespace) -> str:
     head = (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs; load "
             f"{env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at end) · median "
-            f"of {args.epochs} epochs after 1 warm-up, training only · wall "
+            f"of {args.epochs} epochs after 1 warm-up × {args.rounds} rounds (alternating order), "
+            f"training only · wall "
             f"{env['wall_s'] / 60:.1f} min")
     one = pd.DataFrame([{"model": r["model"], "mode": r["mode"], "ranks": r["ranks"],
                          "threads": r["threads"], "epoch_s": r["median_epoch_s"],
@@ -216,12 +251,14 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=4, help="timed epochs after 1 warm-up")
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="measure every configuration this many times, alternating the order")
     add_output_args(ap, child=True)
     args = ap.parse_args()
     if serve_child(args, child):
         return
     if args.quick:
-        args.nodes, args.layers, args.epochs = 2_000, 4, 2
+        args.nodes, args.layers, args.epochs, args.rounds = 2_000, 4, 2, 1
     start, env = time.perf_counter(), environment()
 
     def log(r: dict[str, Any]) -> None:
