@@ -135,17 +135,23 @@ def measure_one(cfg: dict[str, Any], data: Any, cluster: Any) -> dict[str, Any]:
 
 def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
     """Every configuration once per round, the order reversed every other round so the
-    machine's drift meets all of them; the rounds pooled (:func:`pool`)."""
+    machine's drift meets all of them; the rounds pooled (:func:`pool`). A round's one-process
+    runs go first, with no cluster up (no worker processes beside them, as in a plain script);
+    its distributed runs get a fresh cluster."""
     todo = configs(args)
     data = graph(args.nodes)
     rounds = []
-    with gp.Cluster(n_workers=max(args.ranks)) as cluster:
-        for k in range(args.rounds):
-            done = []
-            for cfg in todo if k % 2 == 0 else todo[::-1]:
+    for k in range(args.rounds):
+        order = todo if k % 2 == 0 else todo[::-1]
+        done = []
+        for cfg in (c for c in order if c["mode"] in ("single", "local")):
+            done.append(measure_one(cfg, data, None))
+            log(done[-1])
+        with gp.Cluster(n_workers=max(args.ranks)) as cluster:
+            for cfg in (c for c in order if c["mode"] not in ("single", "local")):
                 done.append(measure_one(cfg, data, cluster))
                 log(done[-1])
-            rounds.append(done)
+        rounds.append(done)
     return pool(rounds)
 
 
