@@ -1,0 +1,23 @@
+"""Benchmarks keep running as the engines change: their ``--quick`` smoke runs, end to end."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_local_vs_single_quick_run_measures_every_configuration():
+    """It wraps the engines' epoch methods to time CPU; a renamed method broke it silently once."""
+    done = subprocess.run([sys.executable, "benchmarks/local_vs_single.py", "--quick"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for model in ("gcn", "gcnii"):
+        for config in ("single", "local S2 C8", "local S2 C8 recompute", "local S4 C16"):
+            row = rf"^\s*{model}\s+{config}\s+\d+\.\d+"
+            assert re.search(row, done.stdout, re.MULTILINE), \
+                f"no {model} {config} row in:\n{done.stdout[-2000:]}"
+    assert "wrote" not in done.stdout  # --quick writes no results
