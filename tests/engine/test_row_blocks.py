@@ -31,6 +31,7 @@ def test_compacted_products_equal_the_plain_ones_bit_for_bit(chunked_graph):
             assert torch.equal(block.cols, torch.unique(matrix.col_indices()).long())
             assert block.csr.size(1) == block.cols.numel()
             assert torch.equal(block @ dense, matrix @ dense)
+            assert torch.equal(RowBlock.compact(matrix) @ dense, matrix @ dense)  # no space
 
 
 def test_rows_reading_every_column_stay_plain(chunked_graph):
