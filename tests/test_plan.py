@@ -233,3 +233,11 @@ def test_plan_profiles_on_the_cluster_workers(cluster, model, small_graph):
     assert planned.ranges[0][0] == 0 and planned.ranges[-1][1] == len(model)
     assert planned.profile.num_nodes == small_graph.num_nodes
     assert all(b.forward_s > 0 and b.backward_s > 0 for b in planned.profile.blocks)
+
+
+def test_plan_considers_chunk_counts_only_up_to_the_profiled_ones(model, small_graph, profile):
+    """Per-row and per-chunk costs are a line through the profile's two chunk counts; the
+    default candidates stay within them instead of extrapolating the line."""
+    chosen = gp.plan(model, small_graph, workers=2, profile=profile)
+    tried = chosen.candidates["chunks"]
+    assert tried.max() <= max(profile.chunk_counts) < max(chunk_candidates(2, small_graph.num_nodes))

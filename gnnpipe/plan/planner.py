@@ -225,7 +225,10 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         memory_limit: bytes per stage, as a number or a string (``"8GB"``, ``"512MiB"``).
         bandwidth: stage-to-stage bytes/s (a number or ``"1GB/s"``); default
             :data:`DEFAULT_BANDWIDTH`.
-        chunks: a chunk count or counts to consider; default :func:`chunk_candidates`.
+        chunks: a chunk count or counts to consider; default :func:`chunk_candidates` up to
+            the larger of the profile's two chunk counts: its costs per row and per chunk are a
+            line through those two, and past them the line missed (a GCN-32 planned at 64
+            chunks measured 28% slower than predicted).
         profile: reuse a :func:`profile_model` result.
         cluster: profile on this cluster's workers (a ``gp.Cluster``, ``distributed.Client``
             or scheduler address), ``workers`` of them at once, each the blocks of one stage of
@@ -262,6 +265,8 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
                                      repeats=repeats, seed=seed)
     elif len(profile.blocks) != len(model) or profile.num_nodes != n:
         raise ValueError("profile: it was measured for another model or graph")
+    if chunks is None:  # where the per-row and per-chunk costs were measured, not beyond
+        counts = chunk_candidates(workers, n, limit=max(profile.chunk_counts))
     memory = [b.memory(n) for b in profile.blocks]
     prefix = [0, *itertools.accumulate(memory)]
 
