@@ -248,10 +248,9 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
                          f"got {workers!r}")
     limit = None if memory_limit is None else parse_bytes(memory_limit, "memory_limit")
     bw, n = parse_bandwidth(bandwidth), data.num_nodes
-    counts = (chunk_candidates(workers, n) if chunks is None
-              else [chunks] if isinstance(chunks, int) else list(chunks))
-    if not counts or any(isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= n
-                         for c in counts):
+    counts = None if chunks is None else [chunks] if isinstance(chunks, int) else list(chunks)
+    if counts is not None and (not counts or any(
+            isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= n for c in counts)):
         raise ValueError(f"chunks: expected counts from 1 to {n} (the graph's nodes), "
                          f"got {chunks!r}")
     check.nonnegative_float("latency", latency)
@@ -265,7 +264,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
                                      repeats=repeats, seed=seed)
     elif len(profile.blocks) != len(model) or profile.num_nodes != n:
         raise ValueError("profile: it was measured for another model or graph")
-    if chunks is None:  # where the per-row and per-chunk costs were measured, not beyond
+    if counts is None:  # where the per-row and per-chunk costs were measured, not beyond
         counts = chunk_candidates(workers, n, limit=max(profile.chunk_counts))
     memory = [b.memory(n) for b in profile.blocks]
     prefix = [0, *itertools.accumulate(memory)]
