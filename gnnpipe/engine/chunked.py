@@ -9,7 +9,6 @@ on each rank and adds communication, so both compute exactly the same thing.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -17,7 +16,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from gnnpipe.engine.graph import Adjacency, ChunkRows, GatherSpace
+from gnnpipe.engine.graph import Adjacency, ChunkRows, chunk_rows
 from gnnpipe.engine.message_passing import MessageGraphs, chunk_message_passing
 from gnnpipe.engine.single import LAYER_RNG_KEY, chunk_loss, keyed_dropout, mask_seed
 from gnnpipe.models import LayerStack
@@ -254,20 +253,23 @@ class StageExecutor:
         recompute: keep only stage inputs and aggregation outputs; rerun the forward in backward.
         input_grad: return gradients for the stage's inputs (default: unless it is the first stage).
         sync: shares fresh buffer rows with the other ways (hybrid mode).
+        rows: the chunks' rows of ``adj`` (default: built here, gathered on the CPU); executors
+            of one process may share them, as one stage's blocks do.
     """
 
     def __init__(self, model: LayerStack, start: int, stop: int, adj: Adjacency,
                  bounds: Sequence[int], techniques: Techniques, seed: int,
                  recompute: bool = False, input_grad: bool | None = None,
-                 sync: RowSync | None = None) -> None:
+                 sync: RowSync | None = None,
+                 rows: Sequence[ChunkRows] | None = None) -> None:
         self.model, self.start, self.stop = model, start, stop
         self.input_grad = start > 0 if input_grad is None else input_grad
         self.sync = sync
         self.bounds = [int(b) for b in bounds]
         self.num_nodes, self.device = adj.num_nodes, adj.A.device
-        # on the CPU a chunk's products gather the rows they read first (graph.RowBlock)
-        space = GatherSpace() if self.device.type == "cpu" else None
-        self.rows = [ChunkRows.of(adj, lo, hi, space) for lo, hi in itertools.pairwise(self.bounds)]
+        self.rows = list(rows) if rows is not None else chunk_rows(adj, self.bounds)
+        if len(self.rows) != len(self.bounds) - 1:
+            raise ValueError(f"rows: expected {len(self.bounds) - 1} chunks' rows, got {len(self.rows)}")
         self.message_graphs = None if adj.edge_index is None else MessageGraphs(
             adj.edge_index, self.num_nodes, self.bounds)  # built on a message_passing call
         self.techniques, self.seed, self.recompute = techniques, seed, recompute

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -122,6 +124,14 @@ class ChunkRows:
         if space is None:
             return cls(RowBlock(rows.A), RowBlock(rows.AT))
         return cls(RowBlock.compact(rows.A, space), RowBlock.compact(rows.AT, space))
+
+
+def chunk_rows(adj: Adjacency, bounds: Sequence[int]) -> list[ChunkRows]:
+    """Every chunk's rows (chunk ``c`` is rows ``bounds[c]:bounds[c+1]``): on the CPU compacted
+    to gather through one shared :class:`GatherSpace`, plain on other devices (a gather there is
+    one more launch in an epoch that is launch-bound)."""
+    space = GatherSpace() if adj.A.device.type == "cpu" else None
+    return [ChunkRows.of(adj, int(lo), int(hi), space) for lo, hi in itertools.pairwise(bounds)]
 
 
 def _row_slice(m: Tensor, lo: int, hi: int) -> Tensor:

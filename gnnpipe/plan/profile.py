@@ -28,7 +28,7 @@ from torch_geometric.data import Data
 
 from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
 from gnnpipe.engine.driver import drive
-from gnnpipe.engine.graph import normalized_adjacency
+from gnnpipe.engine.graph import chunk_rows, normalized_adjacency
 from gnnpipe.models import LayerStack
 from gnnpipe.partition import chunk as make_chunks
 from gnnpipe.validate import model_graph
@@ -117,8 +117,11 @@ class _SliceBench:
         self.bounds = [int(b) for b in parts.bounds]
         self.seed = seed
         adj = normalized_adjacency(ordered.edge_index, data.num_nodes, work.norm)
+        # One stage's blocks share its chunks' rows (and gather buffer), hot from block to
+        # block; each block's own copy would meet them cold and predict slower ops than a rank's.
+        rows = chunk_rows(adj, self.bounds)
         self.executors = [StageExecutor(work, b, b + 1, adj, self.bounds, Techniques(), seed,
-                                        input_grad=b > 0) for b in range(start, stop)]
+                                        input_grad=b > 0, rows=rows) for b in range(start, stop)]
         self.optimizers = [torch.optim.Adam(params, lr=1e-3) if params else None
                            for params in (list(work.blocks[b].parameters())
                                           for b in range(start, stop))]

@@ -9,7 +9,7 @@ import torch
 
 import gnnpipe as gp
 from gnnpipe.engine.chunked import StageExecutor, Techniques
-from gnnpipe.engine.graph import ChunkRows, GatherSpace, RowBlock, normalized_adjacency
+from gnnpipe.engine.graph import ChunkRows, GatherSpace, RowBlock, chunk_rows, normalized_adjacency
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +73,9 @@ def test_a_compacted_stage_computes_bit_for_bit_what_a_plain_one_does(chunked_gr
     for compact in (True, False):
         torch.manual_seed(0)
         model = gp.models.gcnii(small_graph.num_features, hidden=8, out_dim=4, layers=3)
+        plain = [ChunkRows.of(adj, lo, hi, None) for lo, hi in itertools.pairwise(bounds)]
         ex = StageExecutor(model, 0, len(model), adj, bounds, Techniques(), seed=0,
-                           input_grad=True)
-        if not compact:
-            ex.rows = [ChunkRows.of(adj, lo, hi, None) for lo, hi in itertools.pairwise(bounds)]
+                           input_grad=True, rows=None if compact else plain)
         assert all((r.A.cols is not None) == compact for r in ex.rows)
         ex.begin_epoch(0)
         outs = [ex.forward(c, [x[lo:hi]])[0] for c, (lo, hi) in enumerate(itertools.pairwise(bounds))]
@@ -84,3 +83,26 @@ def test_a_compacted_stage_computes_bit_for_bit_what_a_plain_one_does(chunked_gr
         grads.append((outs, ins, [p.grad.clone() for p in model.parameters()]))
     for a, b in zip(*grads):
         assert all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+def test_executors_of_one_process_can_share_their_chunks_rows(chunked_graph, small_graph):
+    adj, bounds = chunked_graph
+    model = gp.models.gcn(small_graph.num_features, hidden=8, out_dim=4, layers=2)
+    rows = chunk_rows(adj, bounds)
+    first, second = (StageExecutor(model, b, b + 1, adj, bounds, Techniques(), seed=0, rows=rows)
+                     for b in range(2))
+    assert all(a is b for a, b in zip(first.rows, second.rows))
+    spaces = {id(r.A.space) for r in rows} | {id(r.AT.space) for r in rows}
+    assert len(spaces) == 1  # one gather buffer for every chunk, forward and backward
+    with pytest.raises(ValueError, match="rows: expected 8 chunks' rows, got 7"):
+        StageExecutor(model, 0, 2, adj, bounds, Techniques(), seed=0, rows=rows[:7])
+
+
+def test_the_profile_times_a_slices_blocks_on_shared_rows(small_graph):
+    """A stage's blocks read one copy of the chunks' rows; so do the profile's one-block stages."""
+    from gnnpipe.plan.profile import _SliceBench
+
+    model = gp.models.gcnii(small_graph.num_features, hidden=8, out_dim=4, layers=3)
+    bench = _SliceBench(model, small_graph, 4, 0, len(model), seed=0)
+    first = bench.executors[0].rows
+    assert all(ex.rows[c] is first[c] for ex in bench.executors for c in range(len(first)))
