@@ -25,6 +25,7 @@ from dashboard.views import ranks as rank_views
 from dashboard.views.schedule import ScheduleExplorer
 from dashboard.views.timeline import select_epoch, timeline_epochs, timeline_plot
 from dashboard.views.whatif import whatif_panel
+from gnnpipe.efficiency import Layout
 from gnnpipe.events import Timeline
 from gnnpipe.run import HISTORY_COLUMNS
 
@@ -61,25 +62,20 @@ def _framewise(obj: Any) -> Any:
 
 
 class LiveView:
-    """One plot fed by the periodic callback. Streaming plots (curves that grow) go through a
-    HoloViews ``Pipe`` into a framewise ``DynamicMap``; plots whose structure changes (new lanes,
-    new kinds) are swapped into their pane whole."""
+    """One plot fed by the periodic callback, through a HoloViews ``Pipe`` into a framewise
+    ``DynamicMap``: an update sends the browser new data for the plot it already drew. (Swapping
+    a new plot into a pane makes the browser build and lay out that plot again; on a busy
+    machine a few swaps a second kept a 16-plot page from rendering for over a minute.) ``fn``
+    must return the same kind of element for every update, categorical axes from the start."""
 
-    def __init__(self, fn: Callable[[Any], Any], data: Any, stream: bool = False,
-                 **pane_kwargs: Any) -> None:
-        self.fn, self.stream = fn, stream
-        if stream:
-            self.pipe = hv.streams.Pipe(data=data)
-            dmap = hv.DynamicMap(lambda data: _framewise(fn(data)), streams=[self.pipe])
-            self.pane = pn.pane.HoloViews(dmap, linked_axes=False, **pane_kwargs)
-        else:
-            self.pane = pn.pane.HoloViews(fn(data), linked_axes=False, **pane_kwargs)
+    def __init__(self, fn: Callable[[Any], Any], data: Any, **pane_kwargs: Any) -> None:
+        self.fn = fn
+        self.pipe = hv.streams.Pipe(data=data)
+        dmap = hv.DynamicMap(lambda data: _framewise(fn(data)), streams=[self.pipe])
+        self.pane = pn.pane.HoloViews(dmap, linked_axes=False, **pane_kwargs)
 
     def update(self, data: Any) -> None:
-        if self.stream:
-            self.pipe.send(data)
-        else:
-            self.pane.object = self.fn(data)
+        self.pipe.send(data)
 
 
 class _Session:
@@ -157,23 +153,33 @@ class _RanksCard:
 
     def __init__(self, config: dict[str, Any], timeline: Timeline) -> None:
         self.config = config
-        self.shares = pn.pane.HoloViews(linked_axes=False, sizing_mode="stretch_width")
-        self.efficiency = pn.pane.HoloViews(linked_axes=False, sizing_mode="stretch_width")
-        self.table = pn.pane.Markdown(width=360)
-        self.layout = pn.Row(self.shares, self.efficiency, self.table, sizing_mode="stretch_width")
-        self.epochs: tuple[int, ...] = ()
-        self.update(timeline)
+        ranks = run_ranks(config)
+        shares, per_epoch = rank_views.rank_figures(timeline, config)
+        self.shares = LiveView(lambda s: rank_views.shares_plot(s, ranks), shares,
+                               sizing_mode="stretch_width")
+        self.efficiency = LiveView(rank_views.efficiency_plot, per_epoch,
+                                   sizing_mode="stretch_width")
+        self.table = pn.pane.Markdown(rank_views.shares_table(shares, per_epoch), width=360)
+        self.layout = pn.Row(self.shares.pane, self.efficiency.pane, self.table,
+                             sizing_mode="stretch_width")
+        self.epochs = tuple(timeline_epochs(timeline))
 
     def update(self, timeline: Timeline) -> None:
         """Redraw when the timeline holds other epochs than last time."""
         epochs = tuple(timeline_epochs(timeline))
-        if epochs == self.epochs and self.table.object:
+        if epochs == self.epochs:
             return
         self.epochs = epochs
         shares, per_epoch = rank_views.rank_figures(timeline, self.config)
-        self.shares.object = rank_views.shares_plot(shares)
-        self.efficiency.object = rank_views.efficiency_plot(per_epoch)
+        self.shares.update(shares)
+        self.efficiency.update(per_epoch)
         self.table.object = rank_views.shares_table(shares, per_epoch)
+
+
+def run_ranks(config: dict[str, Any]) -> int:
+    """How many ranks a run's ``config`` asks for (0 for one-process modes)."""
+    layout = Layout.of(config)
+    return 0 if layout is None else layout.ranks
 
 
 class _ClosedTabFilter(logging.Filter):
@@ -250,27 +256,33 @@ class Dashboard(param.Parameterized):
         history, timeline = session.history(), session.timeline()
         config = self.source.config
         header = pn.pane.Markdown(self._header(history), name="header")
-        losses = LiveView(self._named(metric_views.loss_plot), history, stream=True)
-        accuracy = LiveView(self._named(metric_views.accuracy_plot), history, stream=True)
-        times = LiveView(metric_views.epoch_time_plot, history, stream=True)
+        losses = LiveView(self._named(metric_views.loss_plot), history)
+        accuracy = LiveView(self._named(metric_views.accuracy_plot), history)
+        times = LiveView(metric_views.epoch_time_plot, history)
         epochs = timeline_epochs(timeline)
         selector = pn.widgets.IntSlider(label="epoch (timeline)", start=min(epochs, default=0),
                                         end=max(max(epochs, default=0), 1),
                                         value=max(epochs, default=0))
-        lanes = LiveView(lambda tl: self._timeline(tl, selector.value), timeline)
+        num_ranks = run_ranks(config)
+        lanes = LiveView(lambda tl: self._timeline(tl, selector.value, num_ranks), timeline)
+        predicted = (pn.pane.HoloViews(timeline_plot(self.predicted, title="predicted"),
+                                       linked_axes=False) if self.predicted is not None else None)
         selector.param.watch(lambda _: lanes.update(session.timeline()), "value")
         predicted_bytes = config.get("predicted_comm_bytes")
-        matrix = LiveView(comm_views.comm_matrix_plot, session.comm(), sizing_mode="stretch_width")
-        kinds = LiveView(comm_views.bytes_by_kind_plot, session.comm(), sizing_mode="stretch_width")
-        per_epoch = LiveView(lambda h: comm_views.bytes_per_epoch_plot(h, predicted_bytes), history,
-                             stream=True, sizing_mode="stretch_width")
+        matrix = LiveView(lambda comm: comm_views.comm_matrix_plot(comm, num_ranks),
+                          session.comm(), sizing_mode="stretch_width")
+        kinds = LiveView(comm_views.bytes_by_kind_plot, session.comm(),
+                         sizing_mode="stretch_width")
+        per_epoch = LiveView(lambda h: comm_views.bytes_per_epoch_plot(h, predicted_bytes),
+                             history, sizing_mode="stretch_width")
         difference = LiveView(lambda h: comm_views.bytes_difference_plot(h, predicted_bytes),
-                              history, stream=True, sizing_mode="stretch_width")
+                              history, sizing_mode="stretch_width")
         ranks = _RanksCard(config, timeline)
         grid = {"ncols": 2, "sizing_mode": "stretch_width"}
         cards = [
             pn.Card(pn.Row(losses.pane, accuracy.pane, times.pane), title="Training"),
-            pn.Card(pn.Column(selector, lanes.pane), title="Stage timeline"),
+            pn.Card(pn.Column(selector, lanes.pane, *[p for p in [predicted] if p]),
+                    title="Stage timeline"),
             pn.Card(ranks.layout, title="Ranks"),
             pn.Card(pn.GridBox(matrix.pane, kinds.pane, per_epoch.pane, difference.pane, **grid),
                     title="Communication"),
@@ -325,10 +337,10 @@ class Dashboard(param.Parameterized):
         """Name the curves' bokeh renderers so a browser can find them."""
         return lambda history: fn(history).map(lambda el: el.opts(hooks=[_name_curves]), hv.Curve)
 
-    def _timeline(self, timeline: Timeline, epoch: int) -> Any:
+    @staticmethod
+    def _timeline(timeline: Timeline, epoch: int, lanes: int) -> Any:
         shown = select_epoch(timeline, epoch) if len(timeline) else timeline
-        predicted = self.predicted
-        return timeline_plot(shown, title=f"measured, epoch {epoch}", predicted=predicted)
+        return timeline_plot(shown, title=f"measured, epoch {epoch}", lanes=lanes)
 
     def _partitions(self) -> pn.viewable.Viewable:
         part = getattr(self.source, "partitioning", None)

@@ -105,6 +105,10 @@ def percent_axis(axis: str = "y") -> Callable[[Any, Any], None]:
     return hook
 
 
+#: Name of the legend :func:`legend_hook` adds (it adds one per plot, however often it runs).
+LEGEND_NAME = "gnnpipe-legend"
+
+
 def legend_hook(items: Iterable[tuple[str, str]], title: str | None = None,
                 ncols: int = 1) -> Callable[[Any, Any], None]:
     """A HoloViews hook adding a legend right of the plot (``ncols`` columns) with one colour
@@ -122,6 +126,8 @@ def legend_hook(items: Iterable[tuple[str, str]], title: str | None = None,
         )
 
         fig = plot.state
+        if any(getattr(r, "name", None) == LEGEND_NAME for r in fig.right):
+            return  # a streamed plot runs its hooks on every update: one legend is enough
         # one undrawable point per item on ranges of its own (the plot's may be categorical):
         # the legend draws its glyph, the plot draws nothing
         fig.extra_x_ranges = {**fig.extra_x_ranges, "legend": Range1d(0, 1)}
@@ -139,7 +145,7 @@ def legend_hook(items: Iterable[tuple[str, str]], title: str | None = None,
         legend = Legend(items=entries, location="top_left", click_policy="none", ncols=ncols,
                         label_text_font_size="8pt", label_height=12, glyph_height=12,
                         padding=2, spacing=2, margin=4, border_line_alpha=0, title=title,
-                        title_text_font_size="8pt")
+                        title_text_font_size="8pt", name=LEGEND_NAME)
         fig.add_layout(legend, "right")
 
     return hook

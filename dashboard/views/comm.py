@@ -22,6 +22,10 @@ ALL_LABEL = "all"
 _COMM_COLUMNS = ["src", "dst", "kind", "bytes"]
 
 
+#: The one bar of a bytes-by-kind plot before anything was counted.
+NO_BYTES_LABEL = "none yet"
+
+
 def _clean(comm: pd.DataFrame) -> pd.DataFrame:
     """``comm`` with int ``src``/``dst``/``bytes`` and str ``kind`` (empty frames too)."""
     df = comm.loc[:, _COMM_COLUMNS] if len(comm) else pd.DataFrame(columns=_COMM_COLUMNS)
@@ -32,25 +36,25 @@ def _rank_label(rank: int) -> str:
     return ALL_LABEL if rank < 0 else str(rank)
 
 
-def comm_matrix_frame(comm: pd.DataFrame) -> pd.DataFrame:
+def comm_matrix_frame(comm: pd.DataFrame, ranks: int = 0) -> pd.DataFrame:
     """Bytes per ``(src, dst)`` summed over kinds, as the rows :func:`comm_matrix_plot` draws.
 
     Columns ``src``, ``dst`` (str labels; ``dst == -1`` becomes :data:`ALL_LABEL`), ``bytes``.
-    Every (src, dst) pair of the ranks seen appears, zeros included; the ``all`` column only
-    when collectives were counted.
+    Every (src, dst) pair of the ranks seen and of ranks ``0 … ranks − 1`` appears, zeros
+    included; the ``all`` column only when collectives were counted.
     """
     df = _clean(comm)
     totals = df.groupby(["src", "dst"])["bytes"].sum()
-    ranks = sorted({int(r) for r in pd.concat([df["src"], df["dst"]]) if r >= 0})
-    dsts = ranks + ([-1] if (df["dst"] < 0).any() else [])
-    index = pd.MultiIndex.from_product([ranks, dsts], names=["src", "dst"])
+    seen = sorted({int(r) for r in pd.concat([df["src"], df["dst"]]) if r >= 0} | set(range(ranks)))
+    dsts = seen + ([-1] if (df["dst"] < 0).any() else [])
+    index = pd.MultiIndex.from_product([seen, dsts], names=["src", "dst"])
     full = totals.reindex(index, fill_value=0).reset_index()
     full["src"] = full["src"].map(_rank_label)
     full["dst"] = full["dst"].map(_rank_label)
     return full
 
 
-def comm_matrix_plot(comm: pd.DataFrame) -> hv.HeatMap:
+def comm_matrix_plot(comm: pd.DataFrame, ranks: int = 0) -> hv.HeatMap:
     """Heatmap of bytes sent from rank ``src`` (rows) to rank ``dst`` (columns).
 
     Kinds are summed. Collectives (``dst == -1`` in ``Run.comm``: the weight all-reduce,
@@ -59,12 +63,13 @@ def comm_matrix_plot(comm: pd.DataFrame) -> hv.HeatMap:
 
     Args:
         comm: ``Run.comm``: columns ``src``, ``dst``, ``kind``, ``bytes``.
+        ranks: rows and columns for at least this many ranks (a live run's, before it sent).
 
     Returns:
         ``hv.HeatMap`` with kdims ``(dst, src)`` (str labels, ranks in numeric order and
         ``all`` last) and vdim ``bytes`` (see :func:`comm_matrix_frame`).
     """
-    df = comm_matrix_frame(comm)
+    df = comm_matrix_frame(comm, ranks)
     order = list(dict.fromkeys(df["dst"]))
     srcs = list(dict.fromkeys(df["src"]))
     kdims = [hv.Dimension("dst", label="destination rank", values=order),
@@ -85,9 +90,12 @@ def bytes_by_kind_plot(comm: pd.DataFrame) -> hv.Bars:
     first, coloured by :data:`dashboard.style.COMM_KIND_COLORS`.
 
     Returns:
-        ``hv.Bars`` with kdim ``kind`` and vdims ``bytes``, ``color``.
+        ``hv.Bars`` with kdim ``kind`` and vdims ``bytes``, ``color``; before any bytes, one
+        bar of :data:`NO_BYTES_LABEL` (a categorical axis from the start, for streaming).
     """
     df = _clean(comm).groupby("kind", as_index=False)["bytes"].sum()
+    if df.empty:
+        df = pd.DataFrame({"kind": [NO_BYTES_LABEL], "bytes": [0]})
     df = df.sort_values(["bytes", "kind"], ascending=[False, True], ignore_index=True)
     df["color"] = df["kind"].map(COMM_KIND_COLORS).fillna(OTHER_COLOR).astype(object)
     total = human_bytes(df["bytes"].sum())

@@ -27,26 +27,32 @@ def rank_figures(timeline: Timeline, config: Mapping[str, Any]) -> tuple[pd.Data
     return rank_shares(timeline), efficiency(timeline, layout)
 
 
-def shares_plot(shares: pd.DataFrame) -> hv.Bars:
+def shares_plot(shares: pd.DataFrame, ranks: int = 0) -> hv.Bars:
     """Stacked bars, one per rank, of its median share of the epoch in each class.
 
     Element data: kdims ``rank`` (str) and ``class`` (in :data:`gnnpipe.efficiency.CLASSES`
     order), vdim ``share``; ``ranks × 4`` rows, coloured by class
-    (:data:`dashboard.style.CLASS_COLORS`) with a legend.
+    (:data:`dashboard.style.CLASS_COLORS`) with a legend. Before any op (``shares`` empty),
+    ``ranks`` zero bars: the same element, so a streamed plot can fill them in later (none:
+    an empty plot).
     """
+    title = "share of each rank's epoch"
+    if shares.empty and not ranks:  # a one-process run: no ranks, ever
+        return hv.Bars([], "rank", "share").opts(title=title + ": no ranks", responsive=True,
+                                                 height=320, backend="bokeh")
+    if shares.empty:
+        shares = pd.DataFrame(0.0, index=range(ranks), columns=list(CLASSES))
+        title += ": no ops yet"
     rows = [{"rank": str(rank), "class": c, "share": float(shares.loc[rank, c])}
             for rank in shares.index for c in CLASSES]
     df = pd.DataFrame(rows, columns=_SHARE_COLUMNS)
-    ranks = [str(r) for r in shares.index]
-    if df.empty:
-        return hv.Bars([], "rank", "share").opts(title="share of each rank's epoch: no ops yet",
-                                                 responsive=True, height=320, backend="bokeh")
-    kdims = [hv.Dimension("rank", values=ranks), hv.Dimension("class", values=list(CLASSES))]
+    names = [str(r) for r in shares.index]
+    kdims = [hv.Dimension("rank", values=names), hv.Dimension("class", values=list(CLASSES))]
     return hv.Bars(df, kdims=kdims, vdims=["share"]).opts(
         stacked=True, cmap=CLASS_COLORS, line_color="white", tools=["hover"], ylim=(0, 1.0),
-        title="share of each rank's epoch", hooks=[percent_axis()], ylabel="", xlabel="rank",
+        title=title, hooks=[percent_axis()], ylabel="", xlabel="rank",
         show_legend=True, legend_position="right", responsive=True, height=320,
-        backend="bokeh", **categorical_ticks(len(ranks)),
+        backend="bokeh", **categorical_ticks(len(names)),
     )
 
 

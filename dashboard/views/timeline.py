@@ -49,22 +49,23 @@ def timeline_frame(timeline: Timeline) -> pd.DataFrame:
     return df
 
 
-def lane_labels(timeline: Timeline) -> list[tuple[int, str]]:
+def lane_labels(timeline: Timeline, lanes: int = 0) -> list[tuple[int, str]]:
     """Y tick per rank: ``"rank 1 · bubble 12%"``, the rank's idle share of the makespan
-    (:meth:`Timeline.bubble_by_rank`, whose mean is the title's bubble)."""
+    (:meth:`Timeline.bubble_by_rank`, whose mean is the title's bubble); at least ``lanes``."""
     bubble = timeline.bubble_by_rank()
-    return [(r, f"rank {r} · bubble {bubble.get(r, 0.0):.0%}") for r in range(timeline.num_ranks)]
+    return [(r, f"rank {r} · bubble {bubble.get(r, 0.0):.0%}")
+            for r in range(max(timeline.num_ranks, lanes))]
 
 
-def _rectangles(timeline: Timeline, title: str) -> hv.Rectangles:
+def _rectangles(timeline: Timeline, title: str, lanes: int = 0) -> hv.Rectangles:
     df = timeline_frame(timeline)
     kdims = [hv.Dimension("start", label="time (s)"), "lo", "end", "hi"]
-    ranks = timeline.num_ranks
+    ranks = max(timeline.num_ranks, lanes)
     element = hv.Rectangles(df, kdims=kdims, vdims=_VDIMS)
     return element.opts(
         color="color", line_color="white", line_width=0.5,
         tools=["hover"], hover_tooltips=_TOOLTIPS, bgcolor=OP_COLORS["idle"],
-        yticks=lane_labels(timeline) or None, invert_yaxis=True,
+        yticks=lane_labels(timeline, lanes) or None, invert_yaxis=True,
         ylim=(-0.5, max(ranks, 1) - 0.5), title=title, ylabel="",
         hooks=[legend_hook(op_legend(), ncols=2)], show_grid=False,
         responsive=True, height=130 + 36 * min(ranks, 32), backend="bokeh",
@@ -88,7 +89,7 @@ def latest(timeline: Timeline, max_bars: int | None = None) -> tuple[Timeline, s
 
 def timeline_plot(timeline: Timeline, title: str | None = None,
                   predicted: Timeline | None = None,
-                  epoch: int | None = None) -> hv.Rectangles | hv.Layout:
+                  epoch: int | None = None, lanes: int = 0) -> hv.Rectangles | hv.Layout:
     """Draw a Timeline with one lane per rank and one bar per op.
 
     Idle time shows as gaps (the lane background, ``idle`` in the legend of the op-kind
@@ -103,6 +104,8 @@ def timeline_plot(timeline: Timeline, title: str | None = None,
             time axis, for comparison (drawn as given, not filtered by ``epoch``).
         epoch: Draw only this epoch of ``timeline``, re-based to start at 0
             (:func:`select_epoch`); ``None`` draws every epoch.
+        lanes: Draw at least this many lanes (a live run's ranks, before all of them have
+            reported an op: a streamed plot keeps the height it started with).
 
     Returns:
         An ``hv.Rectangles`` (bokeh options: colour by kind, hover with chunk, kind,
@@ -113,7 +116,7 @@ def timeline_plot(timeline: Timeline, title: str | None = None,
     timeline, note = latest(timeline)
     if note:
         title = note + (title or "")
-    main = _rectangles(timeline, _title(timeline, title))
+    main = _rectangles(timeline, _title(timeline, title), lanes)
     if predicted is None:
         return main
     other = _rectangles(predicted, _title(predicted, "predicted"))

@@ -42,6 +42,20 @@ TITLES = """() => {
   return out;
 }"""
 
+#: ids of the page's bokeh figures: a plot swapped whole for an update gets a new one.
+FIGURE_IDS = """() => {
+  const out = [];
+  for (const doc of window.Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.type === 'Figure' || (m.constructor && m.constructor.__name__ === 'Figure'))
+        out.push(m.id);
+  return out.sort();
+}"""
+
+
+def _title_starting(page, prefix: str) -> str:
+    return next((t for t in page.evaluate(TITLES) if t.startswith(prefix)), "")
+
 
 @pytest.fixture
 def browser():
@@ -141,8 +155,9 @@ def _large_run(cluster, data):
 
 
 def _watch_large_run(cluster, browser, data, shot: Path | None, server_errors) -> None:
-    """Serve a live pipeline run on ``data``: every card renders, updates arrive, the browser
-    console and the server log stay clean, and closing the tab mid-run logs nothing."""
+    """Serve a live pipeline run on ``data``: every card renders, updates arrive (as data for the
+    plots the page drew, no plot swapped whole), the browser console and the server log stay
+    clean, and closing the tab mid-run logs nothing."""
     run = _large_run(cluster, data)
     server, url = Dashboard(run, refresh_ms=250).serve()
     console: list[str] = []
@@ -158,9 +173,16 @@ def _watch_large_run(cluster, browser, data, shot: Path | None, server_errors) -
             assert time.monotonic() < deadline, f"no chunk graph among {page.evaluate(TITLES)}"
             time.sleep(0.5)
         assert f"{data.num_nodes:,} nodes > 3,000: chunk graph" in " ".join(page.evaluate(TITLES))
+        figures, matrix = page.evaluate(FIGURE_IDS), _title_starting(page, "bytes rank")
         first = _points(page, at_least=1)
         second = _points(page, at_least=first + 3)
         assert second > first >= 1, f"no live updates: {first} -> {second} points"
+        deadline = time.monotonic() + 90  # the bytes matrix is redrawn every few seconds
+        while _title_starting(page, "bytes rank") == matrix:
+            assert time.monotonic() < deadline, f"the bytes matrix stayed at {matrix!r}"
+            time.sleep(0.5)
+        # every update went into the plots the page drew first: none was swapped whole
+        assert page.evaluate(FIGURE_IDS) == figures
         assert page.locator("canvas").count() >= MIN_CANVASES
         if shot is not None:
             shot.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ import pytest
 from dashboard.style import COMM_KIND_COLORS, OTHER_COLOR, human_bytes
 from dashboard.views.comm import (
     ALL_LABEL,
+    NO_BYTES_LABEL,
     bytes_by_kind_plot,
     bytes_difference_plot,
     bytes_per_epoch_plot,
@@ -61,9 +62,18 @@ def test_matrix_orders_ranks_numerically() -> None:
 def test_empty_comm_gives_empty_plots() -> None:
     empty = pd.DataFrame(columns=["src", "dst", "kind", "bytes"])
     assert len(comm_matrix_plot(empty)) == 0
-    assert len(bytes_by_kind_plot(empty)) == 0
+    kinds = bytes_by_kind_plot(empty)  # one zero bar: a categorical axis from the start
+    assert list(kinds.dimension_values("kind")) == [NO_BYTES_LABEL]
+    assert kinds.dimension_values("bytes").sum() == 0
     hv.render(comm_matrix_plot(empty), backend="bokeh")
-    hv.render(bytes_by_kind_plot(empty), backend="bokeh")
+    hv.render(kinds, backend="bokeh")
+
+
+def test_a_live_runs_matrix_has_every_rank_before_any_send() -> None:
+    empty = pd.DataFrame(columns=["src", "dst", "kind", "bytes"])
+    frame = comm_matrix_frame(empty, ranks=3)
+    assert len(frame) == 9 and frame["bytes"].sum() == 0
+    assert set(frame["src"]) == set(frame["dst"]) == {"0", "1", "2"}
 
 
 def test_bytes_by_kind(comm) -> None:
