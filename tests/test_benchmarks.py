@@ -21,3 +21,15 @@ def test_local_vs_single_quick_run_measures_every_configuration():
             assert re.search(row, done.stdout, re.MULTILINE), \
                 f"no {model} {config} row in:\n{done.stdout[-2000:]}"
     assert "wrote" not in done.stdout  # --quick writes no results
+
+
+def test_dashboard_latency_quick_run_reports_no_replaced_plot():
+    """A live page in Chromium: its row has every figure, and no plot was swapped whole."""
+    done = subprocess.run([sys.executable, "benchmarks/dashboard_latency.py", "--quick"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = re.search(r"'graph': 'synthetic', 'nodes': 2000, 'cards_s': [\d.]+.*"
+                    r"'points_gained': (\d+).*'plots_replaced': (\d+)\}", done.stdout)
+    assert row, f"no synthetic row in:\n{done.stdout[-2000:]}"
+    assert int(row.group(2)) == 0
+    assert "wrote" not in done.stdout
