@@ -231,7 +231,7 @@ class Dashboard(param.Parameterized):
     Args:
         source: a live or finished ``Run``, a saved run folder (``runs/<id>/``) or trace file, or
             ``(scheduler address, run id)``. ``None`` shows the schedule explorer alone.
-        predicted: a simulated ``Timeline`` drawn beside the measured one.
+        predicted: a simulated ``Timeline`` drawn below the measured one (a static plot).
     """
 
     epoch = param.Integer(default=-1, doc="Epoch shown in the stage timeline; -1 follows the latest.")
@@ -259,11 +259,11 @@ class Dashboard(param.Parameterized):
         losses = LiveView(self._named(metric_views.loss_plot), history)
         accuracy = LiveView(self._named(metric_views.accuracy_plot), history)
         times = LiveView(metric_views.epoch_time_plot, history)
-        epochs = timeline_epochs(timeline)
+        num_ranks = run_ranks(config)
+        epochs = timeline_epochs(timeline, num_ranks)  # epochs every rank has reported
         selector = pn.widgets.IntSlider(label="epoch (timeline)", start=min(epochs, default=0),
                                         end=max(max(epochs, default=0), 1),
                                         value=max(epochs, default=0))
-        num_ranks = run_ranks(config)
         lanes = LiveView(lambda tl: self._timeline(tl, selector.value, num_ranks), timeline)
         predicted = (pn.pane.HoloViews(timeline_plot(self.predicted, title="predicted"),
                                        linked_axes=False) if self.predicted is not None else None)
@@ -299,7 +299,7 @@ class Dashboard(param.Parameterized):
             header.object = self._header(hist)
             for view in (losses, accuracy, times):
                 view.update(hist)
-            epochs_now = timeline_epochs(tl)
+            epochs_now = timeline_epochs(tl, num_ranks)
             if epochs_now:
                 follow = selector.value == selector.end
                 selector.end = max(max(epochs_now), 1)

@@ -21,9 +21,11 @@ _TOOLTIPS = [
 ]
 
 
-def timeline_epochs(timeline: Timeline) -> list[int]:
-    """The distinct epochs a timeline holds, ascending (for an epoch selector)."""
-    return sorted(int(e) for e in timeline.df["epoch"].unique())
+def timeline_epochs(timeline: Timeline, ranks: int = 0) -> list[int]:
+    """The distinct epochs a timeline holds, ascending (for an epoch selector); with ``ranks``,
+    only those every one of ``ranks`` ranks has reported ops for (a live run's complete ones)."""
+    reported = timeline.df.groupby("epoch")["rank"].nunique()
+    return sorted(int(e) for e, n in reported.items() if n >= ranks)
 
 
 def select_epoch(timeline: Timeline, epoch: int) -> Timeline:

@@ -185,3 +185,13 @@ def test_closed_tab_filter_drops_only_a_closed_tabs_records() -> None:
     assert keep(record(raised(lambda: {}["missing"])))  # a real error stays
     assert keep(record(msg="Traceback ...\nKeyError: 'x'\n"))
     assert sys.modules["dashboard.app"]  # the filter lives in the served app
+
+
+def test_a_predicted_timeline_is_drawn_below_the_measured_one(small_graph):
+    model = gp.models.gcn(small_graph.num_features, hidden=8, out_dim=4, layers=2)
+    run = gp.train(model, small_graph, "local", stages=2, chunks=4, epochs=2, progress=False)
+    predicted = gp.simulate(gp.schedule.gnnpipe(2, 4), {"forward": 1.0, "backward": 2.0})
+    root = Dashboard(run, predicted=predicted).panel().get_root()
+    titles = [m.text for m in root.references() if type(m).__name__ == "Title"]
+    assert any(t.startswith("predicted: makespan") for t in titles), titles
+    assert any(t.startswith("measured, epoch 1") for t in titles), titles

@@ -138,6 +138,14 @@ def test_timeline_epochs(two_epochs: Timeline) -> None:
     assert timeline_epochs(Timeline()) == []
 
 
+def test_a_live_timeline_follows_only_epochs_every_rank_reported(two_epochs: Timeline) -> None:
+    df = two_epochs.df
+    partial = Timeline(df[(df["epoch"] == 0) | (df["rank"] == 0)])  # rank 1 not in yet at epoch 1
+    assert timeline_epochs(partial) == [0, 1]
+    assert timeline_epochs(partial, ranks=2) == [0]
+    assert timeline_epochs(two_epochs, ranks=2) == [0, 1]
+
+
 def test_select_epoch_filters_and_rebases(two_epochs: Timeline) -> None:
     before = two_epochs.df.copy()
     one = select_epoch(two_epochs, 1)
