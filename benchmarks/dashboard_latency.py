@@ -36,15 +36,6 @@ import gnnpipe as gp
 
 CARDS = ["Training", "Stage timeline", "Ranks", "Communication", "Partitions",
          "Schedule explorer"]
-POINTS = """() => { let n = 0;
-  for (const doc of window.Bokeh.documents) for (const m of doc.all_models)
-    if (m.name === 'gnnpipe-training-curve') {
-      const c = Object.values(m.data_source.data); if (c.length) n = Math.max(n, c[0].length); }
-  return n; }"""
-FIGURES = """() => { const out = [];
-  for (const doc of window.Bokeh.documents) for (const m of doc.all_models)
-    if (m.type === 'Figure' || (m.constructor && m.constructor.__name__ === 'Figure')) out.push(m.id);
-  return out; }"""
 
 
 def chromium_cpu() -> float:
@@ -74,6 +65,7 @@ def graph(name: str, quick: bool) -> Any:
 
 def measure(name: str, browser: Any, cluster: Any, watch: float, quick: bool) -> dict[str, Any]:
     from dashboard.app import Dashboard
+    from dashboard.page import CURVE_POINTS, FIGURE_IDS
 
     data = graph(name, quick)
     model = gp.models.gcn(data.num_features, hidden=16, out_dim=gp.datasets.num_classes(data),
@@ -88,19 +80,20 @@ def measure(name: str, browser: Any, cluster: Any, watch: float, quick: bool) ->
         for card in CARDS:
             page.get_by_text(card, exact=True).first.wait_for(timeout=300_000)
         cards = time.monotonic() - loaded
-        while page.evaluate(POINTS) < 1:
+        while page.evaluate(CURVE_POINTS) < 1:
             time.sleep(0.1)
         row = {"graph": name, "nodes": data.num_nodes, "cards_s": cards,
                "first_point_s": time.monotonic() - loaded,
                "chromium_cpu_s": chromium_cpu() - cpu0, "server_cpu_s": server_cpu() - srv0}
-        figures, epochs, points = set(page.evaluate(FIGURES)), len(run.history), page.evaluate(POINTS)
+        figures, epochs = set(page.evaluate(FIGURE_IDS)), len(run.history)
+        points = page.evaluate(CURVE_POINTS)
         cpu0, srv0 = chromium_cpu(), server_cpu()
         time.sleep(watch)
         row.update({"watch_s": watch, "epochs_trained": len(run.history) - epochs,
-                    "points_gained": page.evaluate(POINTS) - points,
+                    "points_gained": page.evaluate(CURVE_POINTS) - points,
                     "watch_chromium_cpu_s": chromium_cpu() - cpu0,
                     "watch_server_cpu_s": server_cpu() - srv0,
-                    "plots_replaced": len(figures - set(page.evaluate(FIGURES)))})
+                    "plots_replaced": len(figures - set(page.evaluate(FIGURE_IDS)))})
         page.close()
     finally:
         server.stop()

@@ -17,6 +17,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from dashboard.page import CURVE_NAME
 from dashboard.stream import Snapshot, Source, as_source
 from dashboard.views import comm as comm_views
 from dashboard.views import metrics as metric_views
@@ -36,7 +37,6 @@ _IN_NOTEBOOK = "ipykernel" in sys.modules
 hv.extension("bokeh", logo=False, inline=_IN_NOTEBOOK)
 pn.extension(notifications=False, inline=_IN_NOTEBOOK)
 
-CURVE_NAME = "gnnpipe-training-curve"  # bokeh renderer name: browser tests count its points
 #: Epochs of ops a live session keeps (the timeline's epoch slider spans these); older ones go.
 WINDOW_EPOCHS = 20
 #: Seconds between redraws of the views replaced whole (bytes matrix and by kind, rank shares),
@@ -69,7 +69,6 @@ class LiveView:
     must return the same kind of element for every update, categorical axes from the start."""
 
     def __init__(self, fn: Callable[[Any], Any], data: Any, **pane_kwargs: Any) -> None:
-        self.fn = fn
         self.pipe = hv.streams.Pipe(data=data)
         dmap = hv.DynamicMap(lambda data: _framewise(fn(data)), streams=[self.pipe])
         self.pane = pn.pane.HoloViews(dmap, linked_axes=False, **pane_kwargs)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import gnnpipe as gp
-from dashboard.app import CURVE_NAME, Dashboard
+from dashboard.app import Dashboard
+from dashboard.page import CURVE_POINTS, FIGURE_IDS, TITLES
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 VIEWS = ["Training", "Stage timeline", "Ranks", "Communication", "Partitions",
@@ -21,37 +22,6 @@ VIEWS = ["Training", "Stage timeline", "Ranks", "Communication", "Partitions",
 #: Canvases when every card drew: 3 training, 1 timeline, 2 ranks, 4 communication,
 #: 4 partitions, 1 explorer (bokeh draws each plot on at least one canvas).
 MIN_CANVASES = 15
-
-COUNT_POINTS = f"""() => {{
-  let n = 0;
-  for (const doc of window.Bokeh.documents)
-    for (const m of doc.all_models)
-      if (m.name === '{CURVE_NAME}') {{
-        const cols = Object.values(m.data_source.data);
-        if (cols.length) n = Math.max(n, cols[0].length);
-      }}
-  return n;
-}}"""
-
-TITLES = """() => {
-  const out = [];
-  for (const doc of window.Bokeh.documents)
-    for (const m of doc.all_models)
-      if (m.type === 'Title' || (m.constructor && m.constructor.__name__ === 'Title'))
-        out.push(m.text);
-  return out;
-}"""
-
-#: ids of the page's bokeh figures: a plot swapped whole for an update gets a new one.
-FIGURE_IDS = """() => {
-  const out = [];
-  for (const doc of window.Bokeh.documents)
-    for (const m of doc.all_models)
-      if (m.type === 'Figure' || (m.constructor && m.constructor.__name__ === 'Figure'))
-        out.push(m.id);
-  return out.sort();
-}"""
-
 
 def _title_starting(page, prefix: str) -> str:
     return next((t for t in page.evaluate(TITLES) if t.startswith(prefix)), "")
@@ -82,15 +52,19 @@ def _stop(run, cluster) -> None:
         raise
 
 
-def _points(page, at_least: int, timeout: float = 120.0) -> int:
+def _poll(read, done, timeout: float = 120.0):
+    """``read()`` until ``done`` holds for it or ``timeout`` seconds pass; its last value (the
+    caller asserts on it). The page updates on its own clock, so the test polls it."""
     deadline = time.monotonic() + timeout
-    n = 0
-    while time.monotonic() < deadline:
-        n = page.evaluate(COUNT_POINTS)
-        if n >= at_least:
-            return n
+    value = read()
+    while not done(value) and time.monotonic() < deadline:
         time.sleep(0.25)
-    return n
+        value = read()
+    return value
+
+
+def _points(page, at_least: int) -> int:
+    return _poll(lambda: page.evaluate(CURVE_POINTS), lambda n: n >= at_least)
 
 
 def test_live_dashboard_in_chromium(cluster, small_graph, browser, tmp_path):
@@ -168,21 +142,19 @@ def _watch_large_run(cluster, browser, data, shot: Path | None, server_errors) -
         page.goto(url, wait_until="networkidle", timeout=120_000)
         for view in VIEWS:
             page.get_by_text(view, exact=True).first.wait_for(timeout=90_000)
-        deadline = time.monotonic() + 90
-        while not any("chunk graph" in t for t in page.evaluate(TITLES)):
-            assert time.monotonic() < deadline, f"no chunk graph among {page.evaluate(TITLES)}"
-            time.sleep(0.5)
-        assert f"{data.num_nodes:,} nodes > 3,000: chunk graph" in " ".join(page.evaluate(TITLES))
-        figures, matrix = page.evaluate(FIGURE_IDS), _title_starting(page, "bytes rank")
+        titles = _poll(lambda: page.evaluate(TITLES),
+                       lambda ts: any("chunk graph" in t for t in ts), timeout=90)
+        assert f"{data.num_nodes:,} nodes > 3,000: chunk graph" in " ".join(titles), titles
+        figures, matrix = sorted(page.evaluate(FIGURE_IDS)), _title_starting(page, "bytes rank")
         first = _points(page, at_least=1)
         second = _points(page, at_least=first + 3)
         assert second > first >= 1, f"no live updates: {first} -> {second} points"
-        deadline = time.monotonic() + 90  # the bytes matrix is redrawn every few seconds
-        while _title_starting(page, "bytes rank") == matrix:
-            assert time.monotonic() < deadline, f"the bytes matrix stayed at {matrix!r}"
-            time.sleep(0.5)
+        # the bytes matrix is redrawn every few seconds
+        later = _poll(lambda: _title_starting(page, "bytes rank"), lambda t: t != matrix,
+                      timeout=90)
+        assert later != matrix, f"the bytes matrix stayed at {matrix!r}"
         # every update went into the plots the page drew first: none was swapped whole
-        assert page.evaluate(FIGURE_IDS) == figures
+        assert sorted(page.evaluate(FIGURE_IDS)) == figures
         assert page.locator("canvas").count() >= MIN_CANVASES
         if shot is not None:
             shot.parent.mkdir(parents=True, exist_ok=True)
