@@ -34,6 +34,10 @@ from gnnpipe.partition import chunk as make_chunks
 from gnnpipe.validate import model_graph
 
 BYTES_PER_VALUE = 4  # fp32
+#: Unmeasured epochs before the timed ones on Dask workers: a worker's first two chunked epochs
+#: run slower than its steady ones (measured 3× and 1.2×: its heap and allocator thresholds
+#: still growing), and a fresh one would otherwise predict a slower pipeline than it is.
+WORKER_WARMUP = 2
 
 
 @dataclass(frozen=True)
@@ -191,7 +195,10 @@ class _SliceBench:
 
             def pack(t: Tensor, kept: dict[tuple, int] = kept) -> Tensor:
                 kept[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
-                return t
+                # Detached: a saved output packed as itself holds its own grad_fn, a cycle
+                # through autograd's C++ graph that Python's gc cannot free (it leaked every
+                # buffer of the profile, ~0.5 GB per profile at 50,000 nodes, on the worker).
+                return t.detach()
 
             if ex.start > 0:
                 for t in tensors:
@@ -296,11 +303,13 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
                        chunks: int = 8, **kwargs: Any) -> Profile:
     """:func:`profile_model` on ``workers`` Dask workers at once, each timing the blocks of one
     stage of the uniform split: every op is timed while the workers share the machine (memory
-    bandwidth, caches) and each holds a stage's share of buffers, as in the pipeline."""
+    bandwidth, caches) and each holds a stage's share of buffers, as in the pipeline. Workers
+    run :data:`WORKER_WARMUP` untimed epochs first unless ``warmup`` is given."""
     from gnnpipe.engine.local import stage_ranges
     from gnnpipe.runtime.cluster import resolve
 
     data = check_inputs(model, data)
+    kwargs.setdefault("warmup", WORKER_WARMUP)
     handle, owned = resolve(cluster, workers)
     try:
         addresses = handle.ready(workers)
