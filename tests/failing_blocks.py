@@ -31,3 +31,25 @@ def fail_at(model: LayerStack, epoch: int) -> LayerStack:
     model.blocks.append(FailingBlock(model.blocks[-1].out_dim, epoch))
     model.blocks[-1].key = len(model.blocks) - 1
     return model
+
+
+class SubnormalCheck(Block):
+    """Passes ``h`` through, but a training forward raises where this thread's arithmetic keeps
+    subnormal floats (gnnpipe's epochs flush them: :func:`gnnpipe.engine.driver.flushed_denormals`;
+    an eval-mode call, like the byte counters' probe outside any epoch, does not check)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.in_dim = self.out_dim = width
+
+    def forward(self, h, h0, ctx):
+        if self.training and (h.new_tensor(1e-39) * 1.0).item() != 0.0:
+            raise FloatingPointError("subnormal floats are not flushed in this epoch")
+        return h, h0
+
+
+def check_subnormals(model: LayerStack) -> LayerStack:
+    """``model`` with a :class:`SubnormalCheck` appended (its output width)."""
+    model.blocks.append(SubnormalCheck(model.blocks[-1].out_dim))
+    model.blocks[-1].key = len(model.blocks) - 1
+    return model

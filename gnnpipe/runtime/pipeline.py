@@ -19,6 +19,21 @@ from gnnpipe.runtime.comm import Comm, PendingRecv
 from gnnpipe.runtime.rank import JobSpec
 
 
+class _NoParameters:
+    """The optimizer of a stage whose blocks have no parameters (Adam refuses an empty list):
+    nothing to step, no state for a checkpoint."""
+
+    def __init__(self) -> None:
+        self.state: dict[Tensor, dict[str, Any]] = {}
+        self.param_groups: list[dict[str, Any]] = []
+
+    def step(self) -> None:
+        pass
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
+
+
 class PipelineStage:
     """Stage ``comm.stage`` of one pipeline way: its block range, neighbours and executor; the
     rank's :class:`~gnnpipe.engine.driver.EpochProgram` in ``pipeline`` mode.
@@ -42,9 +57,10 @@ class PipelineStage:
         self.executor = StageExecutor(model, self.start, self.stop, self.adj, spec.bounds,
                                       spec.techniques, spec.seed, spec.recompute)
         self.executor.upkeep_between_phases = not self.is_last  # it idles there, waiting
-        self.optimizer = torch.optim.Adam(
-            model.param_groups(spec.weight_decay, spec.gnn_weight_decay, self.start, self.stop),
-            lr=spec.lr)
+        groups = model.param_groups(spec.weight_decay, spec.gnn_weight_decay, self.start,
+                                    self.stop)
+        self.optimizer: torch.optim.Optimizer | _NoParameters = (
+            torch.optim.Adam(groups, lr=spec.lr) if groups else _NoParameters())
         self.num_train = int(data.train_mask.sum())
         self.layout = ckpt.layout(spec.mode, spec.ranges, spec.node_order, comm.stage, comm.way,
                                   spec.ways, comm.rank)

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 import torch
+from failing_blocks import check_subnormals
 
 import gnnpipe as gp
 from gnnpipe.plan import profile_model
@@ -68,6 +69,18 @@ def test_pipeline_with_one_block_end_stages_equals_local(cluster, small_graph, g
     assert _rel(pipe.history["loss"], local.history["loss"]) < 1e-5
     predicted = gp.comm_volume(gcnii, small_graph, "pipeline", ranges=ranges)
     assert _training_bytes(pipe) == 3 * predicted
+
+
+def test_a_stage_without_parameters_trains_and_equals_local(cluster, small_graph):
+    """A last stage holding only a parameter-free block (a uniform split of a 2-layer GCN and
+    an appended check block): it has nothing to step (Adam refuses an empty parameter list)."""
+    model = check_subnormals(gp.models.gcn(small_graph.num_features, hidden=8, out_dim=4,
+                                           layers=2))
+    assert not list(model.blocks[-1].parameters())
+    kwargs = {"stages": 2, "chunks": 4, "epochs": 3, "progress": False}
+    local = gp.train(copy.deepcopy(model), small_graph, "local", **kwargs)
+    pipe = gp.train(copy.deepcopy(model), small_graph, "pipeline", cluster=cluster, **kwargs)
+    assert _rel(pipe.history["loss"], local.history["loss"]) < 1e-5
 
 
 @pytest.mark.parametrize("mode", ["pipeline", "graph", "hybrid"])

@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+import torch
 from distributed import Client, LocalCluster
+from failing_blocks import check_subnormals
 
 import gnnpipe as gp
 from gnnpipe.efficiency import CLASSES
@@ -103,3 +105,19 @@ def test_release_freed_memory_hands_a_fragmented_heap_back() -> None:
     assert release_freed_memory()
     assert before - rss() > 64 * 2**20  # most of the 128 MiB in holes went back
     assert len(kept) == 32
+
+
+def test_ranks_and_one_process_modes_flush_subnormals(cluster, small_graph) -> None:
+    """Every mode's epochs flush subnormal floats (x86 arithmetic on them is many times slower:
+    a deep stack's vanishing gradients reach them): a block that raises where they survive
+    trains in every mode, and raises when called outside an epoch."""
+    model = check_subnormals(gp.models.gcn(small_graph.num_features, hidden=8, out_dim=4,
+                                           layers=2))
+    with pytest.raises(FloatingPointError, match="not flushed"):
+        model.blocks[-1](torch.zeros(1, 4), None, None)
+    for mode, extra in (("single", {}), ("local", {"stages": 2}),
+                        ("pipeline", {"stages": 2, "cluster": cluster}),
+                        ("graph", {"parts": 2, "cluster": cluster})):
+        run = gp.train(model, small_graph, mode, chunks=4 if mode != "single" else None,
+                       epochs=2, progress=False, **extra)
+        assert len(run.history) == 2, mode
