@@ -33,3 +33,16 @@ def test_dashboard_latency_quick_run_reports_no_replaced_plot():
     assert row, f"no synthetic row in:\n{done.stdout[-2000:]}"
     assert int(row.group(2)) == 0
     assert "wrote" not in done.stdout
+
+
+def test_denormals_quick_run_measures_both_settings_in_both_modes():
+    """Each setting trains in its own child process (the setting travels by environment)."""
+    done = subprocess.run([sys.executable, "benchmarks/denormals.py", "--quick"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for mode in ("single", "pipeline"):
+        for setting in ("flushed", "kept"):
+            row = rf"^\d+\s+{mode}\s+{setting}\s+\d+\.\d+\s+\d+\.\d+"
+            assert re.search(row, done.stdout, re.MULTILINE), \
+                f"no {mode} {setting} row in:\n{done.stdout[-2000:]}"
+    assert "wrote" not in done.stdout
