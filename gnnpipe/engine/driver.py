@@ -61,7 +61,7 @@ _SUBNORMAL = 1e-39  # below float32's smallest normal value, 1.18e-38
 
 def denormals_flushed() -> bool:
     """Whether this thread's CPU arithmetic flushes subnormal floats to zero."""
-    return bool((torch.tensor(_SUBNORMAL) * 1.0).item() == 0.0)
+    return bool((torch.tensor(_SUBNORMAL, dtype=torch.float32) * 1.0).item() == 0.0)
 
 
 @contextmanager

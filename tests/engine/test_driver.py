@@ -58,3 +58,15 @@ def test_a_failing_epoch_still_restores_the_setting():
     with pytest.raises(RuntimeError, match="boom"):
         drive(Failing(), 2)
     assert not denormals_flushed()
+
+
+def test_the_probe_holds_under_a_float64_default():
+    """1e-39 is a normal float64: the probe multiplies it as float32 whatever the default."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.set_flush_denormal(True)
+        assert denormals_flushed()
+    finally:
+        torch.set_flush_denormal(False)
+        torch.set_default_dtype(torch.float32)
+    assert not denormals_flushed()
