@@ -76,7 +76,8 @@ def measure(name: str, args: argparse.Namespace, log: Any) -> list[dict[str, Any
     rows = []
     with gp.Cluster(n_workers=2) as cluster:
         for r in range(args.rounds):
-            for how in PROFILES[r % 3:] + PROFILES[:r % 3]:
+            turn = r % len(PROFILES)
+            for how in PROFILES[turn:] + PROFILES[:turn]:
                 rows.append({"case": name, "round": r,
                              **plan_then_train(how, model, data, cluster, args)})
                 log(rows[-1])

@@ -28,8 +28,13 @@ class FailingBlock(Block):
 
 def fail_at(model: LayerStack, epoch: int) -> LayerStack:
     """``model`` with a :class:`FailingBlock` appended (its output width), raising at ``epoch``."""
-    model.blocks.append(FailingBlock(model.blocks[-1].out_dim, epoch))
-    model.blocks[-1].key = len(model.blocks) - 1
+    return _append(model, FailingBlock(model.blocks[-1].out_dim, epoch))
+
+
+def _append(model: LayerStack, block: Block) -> LayerStack:
+    """``model`` with ``block`` as its last block (keyed by its place)."""
+    model.blocks.append(block)
+    block.key = len(model.blocks) - 1
     return model
 
 
@@ -50,6 +55,4 @@ class SubnormalCheck(Block):
 
 def check_subnormals(model: LayerStack) -> LayerStack:
     """``model`` with a :class:`SubnormalCheck` appended (its output width)."""
-    model.blocks.append(SubnormalCheck(model.blocks[-1].out_dim))
-    model.blocks[-1].key = len(model.blocks) - 1
-    return model
+    return _append(model, SubnormalCheck(model.blocks[-1].out_dim))
