@@ -41,6 +41,7 @@ from _common import (
     output_dir,
     payload,
     run_child,
+    run_children,
     serve_child,
     write_results,
 )
@@ -105,24 +106,51 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     return summarize(train(cfg, data), cfg, {0: peak_rss()})
 
 
+def side_by_side(ranks: int) -> int:
+    """How many copies of a one-process reference run at once for ``ranks`` ranks: as many as
+    the ranks can keep busy, at most one per core."""
+    return min(ranks, os.cpu_count() or 1)
+
+
 def configs(args: argparse.Namespace) -> list[dict[str, Any]]:
-    base = {"nodes": args.nodes, "layers": args.layers, "epochs": args.epochs}
+    """Every configuration; ``copies`` > 1: that many copies of a one-process run at once."""
+    base = {"nodes": args.nodes, "layers": args.layers, "epochs": args.epochs, "copies": 1}
     rows = []
     for model in MODELS:
         rows.append({**base, "model": model, "mode": "single", "ranks": 1, "threads": 1})
+        for copies in sorted({side_by_side(r) for r in args.ranks} - {1}):
+            rows.append({**base, "model": model, "mode": "single", "ranks": 1, "threads": 1,
+                         "copies": copies})
         for ranks in args.ranks:
             rows.append({**base, "model": model, "mode": "single", "ranks": 1, "threads": ranks})
             rows += [{**base, "model": model, "mode": m, "ranks": ranks, "threads": 1}
                      for m in ("local", "pipeline", "graph")]
+            if side_by_side(ranks) > 1:
+                rows.append({**base, "model": model, "mode": "local", "ranks": ranks,
+                             "threads": 1, "copies": side_by_side(ranks)})
             if ranks == 4:
                 rows.append({**base, "model": model, "mode": "hybrid", "ranks": 4, "threads": 1})
     return rows
 
 
+def key(r: dict[str, Any]) -> tuple:
+    """A configuration's identity across rounds."""
+    return r["model"], r["mode"], r["ranks"], r["threads"], r["copies"]
+
+
+def run_copies(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg['copies']`` copies of a one-process run at once, as one row: every copy's epochs,
+    the highest peak."""
+    rows = run_children(__file__, [cfg] * cfg["copies"])
+    times = [t for r in rows for t in r["epoch_times"]]
+    return {**rows[0], "epoch_times": times, "median_epoch_s": statistics.median(times),
+            "peak_rss_mb": {0: max(r["peak_rss_mb"]["0"] for r in rows)}}
+
+
 def measure_one(cfg: dict[str, Any], data: Any, cluster: Any) -> dict[str, Any]:
     """One configuration: ``single``/``local`` in a fresh child, the others on ``cluster``."""
     if cfg["mode"] in ("single", "local"):
-        return run_child(__file__, cfg)
+        return run_child(__file__, cfg) if cfg["copies"] == 1 else run_copies(cfg)
     cluster.client.run(reset_peak)
     run = train(cfg, data, cluster=cluster, timeout=600.0)
     hwm = cluster.client.run(peak_rss)
@@ -158,9 +186,6 @@ def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
 def pool(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """One row per configuration: every round's timed epochs together (their median is the
     row's epoch time), the highest peak, the median of the rounds' shares."""
-    def key(r: dict[str, Any]) -> tuple:
-        return r["model"], r["mode"], r["ranks"], r["threads"]
-
     runs: dict[tuple, list[dict[str, Any]]] = {}
     for r in (r for done in rounds for r in done):
         runs.setdefault(key(r), []).append(r)
@@ -181,23 +206,27 @@ def pool(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 def table(results: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per distributed run with its ratios and efficiencies."""
     cores = os.cpu_count() or 1
-    by = {(r["model"], r["mode"], r["ranks"], r["threads"]): r["median_epoch_s"] for r in results}
+    by = {key(r): r["median_epoch_s"] for r in results}
     rows = []
     for r in (r for r in results if r["mode"] in ("pipeline", "graph", "hybrid")):
         m, R = r["model"], r["ranks"]
-        single, local = by[(m, "single", 1, 1)], by[(m, "local", R, 1)]
+        single, local = by[(m, "single", 1, 1, 1)], by[(m, "local", R, 1, 1)]
+        k = side_by_side(R)
+        shared = by.get((m, "single", 1, 1, k) if r["mode"] == "graph" else (m, "local", R, 1, k))
         layout = Layout.of({"mode": r["mode"], "stages": R if r["mode"] == "pipeline" else 2,
                             "ways": 2 if r["mode"] == "hybrid" else 1, "parts": R,
                             "chunks": CHUNKS})
         reference = single if r["mode"] == "graph" else local
         ideal = layout.ideal(reference)
         core_ideal = ideal * R / min(R, cores)
+        shared_ideal = core_ideal * shared / reference if shared else float("nan")
         rows.append({"model": m, "ranks": R, "mode": r["mode"], "epoch_s": r["median_epoch_s"],
                      "x_single_1t": r["median_epoch_s"] / single,
-                     "x_single_Rt": r["median_epoch_s"] / by[(m, "single", 1, R)],
+                     "x_single_Rt": r["median_epoch_s"] / by[(m, "single", 1, R, 1)],
                      "local_x_single": local / single, "ideal_s": ideal,
                      "efficiency": ideal / r["median_epoch_s"],
                      "core_bound_efficiency": core_ideal / r["median_epoch_s"],
+                     "side_by_side_efficiency": shared_ideal / r["median_epoch_s"],
                      **{f"{c}_share": r["shares"][c] for c in CLASSES},
                      "bytes": r["measured_bytes"], "predicted_bytes": r["predicted_bytes"],
                      "peak_rss_mb": max(r["peak_rss_mb"].values())})
@@ -216,7 +245,8 @@ def markdown(results: list[dict[str, Any]], frame: pd.DataFrame, env: dict[str, 
             f"training only · wall "
             f"{env['wall_s'] / 60:.1f} min")
     one = pd.DataFrame([{"model": r["model"], "mode": r["mode"], "ranks": r["ranks"],
-                         "threads": r["threads"], "epoch_s": r["median_epoch_s"],
+                         "threads": r["threads"], "copies_at_once": r["copies"],
+                         "epoch_s": r["median_epoch_s"],
                          "peak_rss_mb": max(r["peak_rss_mb"].values())}
                         for r in results if r["mode"] in ("single", "local")])
     title = (f"# Parallel efficiency ({args.nodes:,} nodes, {args.layers} layers, hidden "
@@ -229,7 +259,8 @@ def markdown(results: list[dict[str, Any]], frame: pd.DataFrame, env: dict[str, 
     for row in frame.itertuples():
         lines.append(f"- {row.model} {row.mode} × {row.ranks}: {row.x_single_1t:.2f}× single "
                      f"(1 thread), efficiency {row.efficiency:.0%} (core-bound "
-                     f"{row.core_bound_efficiency:.0%}), {row.x_graph:.2f}× graph; bytes "
+                     f"{row.core_bound_efficiency:.0%}, side by side "
+                     f"{row.side_by_side_efficiency:.0%}), {row.x_graph:.2f}× graph; bytes "
                      f"{'==' if row.bytes == row.predicted_bytes else '!='} gp.comm_volume.")
     return "\n".join(lines) + "\n"
 
@@ -246,7 +277,10 @@ def locality(nodes: int) -> str:
 NOTE = ("`x_single_1t`: epoch ÷ single at 1 thread; `x_single_Rt`: ÷ single at R threads; "
         "`efficiency` = ideal ÷ epoch with ideal = local (same S, 8 chunks, 1 thread) ÷ R × "
         "(C'+S−1)/C' (graph: single ÷ R); `core_bound_efficiency` uses ÷ min(R, cores) instead "
-        "of ÷ R (4 ranks on 2 cores can at best run 2 at a time). Shares: the ranks' median "
+        "of ÷ R (4 ranks on 2 cores can at best run 2 at a time); `side_by_side_efficiency` "
+        "also takes its reference from min(R, cores) copies of it run at once (`copies_at_once` "
+        "above): what this machine's cores deliver together, which on a machine whose cores "
+        "share memory bandwidth is less than one core's time the number of cores. Shares: the ranks' median "
         "split of each epoch (gnnpipe.efficiency). Bytes: training bytes per epoch, measured "
         "and predicted.")
 
@@ -268,7 +302,8 @@ def main() -> None:
     start, env = time.perf_counter(), environment()
 
     def log(r: dict[str, Any]) -> None:
-        print(f"{r['model']} {r['mode']} R={r['ranks']} threads={r['threads']}: "
+        print(f"{r['model']} {r['mode']} R={r['ranks']} threads={r['threads']} "
+              f"copies={r['copies']}: "
               f"{statistics.median(r['epoch_times']):.3f} s/epoch", flush=True)
 
     results = measure(args, log)

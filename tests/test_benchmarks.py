@@ -46,3 +46,26 @@ def test_denormals_quick_run_measures_both_settings_in_both_modes():
             assert re.search(row, done.stdout, re.MULTILINE), \
                 f"no {mode} {setting} row in:\n{done.stdout[-2000:]}"
     assert "wrote" not in done.stdout
+
+
+def test_efficiency_quick_run_measures_copies_side_by_side_and_every_mode():
+    """Two copies of ``local`` run at once give the side-by-side reference; every distributed
+    row has its three efficiencies and its bytes equal ``gp.comm_volume``."""
+    done = subprocess.run([sys.executable, "benchmarks/efficiency.py", "--quick", "--ranks", "2"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for model in ("gcn", "gcnii"):
+        for config in ("single R=1 threads=1 copies=2", "local R=2 threads=1 copies=2",
+                       "pipeline R=2 threads=1 copies=1", "graph R=2 threads=1 copies=1"):
+            assert re.search(rf"^{model} {config}: \d+\.\d+ s/epoch", done.stdout, re.MULTILINE), \
+                f"no {model} {config} line in:\n{done.stdout[-2000:]}"
+    header = next(line for line in done.stdout.splitlines() if "side_by_side_efficiency" in line)
+    rows = [line.split() for line in done.stdout.splitlines()
+            if re.match(r"^\d+\s+gcn", line)]
+    assert len(rows) == 4, done.stdout[-2000:]
+    names = header.split()
+    for row in rows:
+        values = dict(zip(names, row[1:]))
+        assert float(values["side_by_side_efficiency"]) > 0, row
+        assert values["bytes"] == values["predicted_bytes"], row
+    assert "wrote" not in done.stdout
