@@ -5,7 +5,8 @@ features, homophily 0.8, seed 0), 8 chunks, ``eval_every`` past the last epoch (
 for S = 2 and 4 ranks:
 
 - ``single`` at 1 torch thread and at S threads, ``local`` (S stages × 8 chunks) at 1 thread:
-  each in a fresh child process;
+  each in a fresh child process; ``single`` and ``local`` at 1 thread also as min(S, cores)
+  copies running at once (the side-by-side reference: what the cores deliver together);
 - ``pipeline`` S × 1 thread, ``graph`` S × 1 and (S = 4) ``hybrid`` 2 ways × 2 stages: on one
   4-worker ``gp.Cluster`` (gnnpipe's rank environment: no trim threshold, no profiler).
 
@@ -16,11 +17,12 @@ from ``gp.comm_volume``, peak RSS per rank, and from the measured timeline the r
 communication / waiting / idle shares. Parallel efficiency = ideal ÷ measured epoch with ideal =
 ``local`` (measured in its child) ÷ R × (C' + S − 1) / C' (``graph``: ÷ R only, its one-process
 reference being ``single``). On this 2-core machine R = 4 ranks cannot beat 2 cores, so the
-table also gives the core-bound ideal (÷ min(R, cores)).
+table also gives the core-bound ideal (÷ min(R, cores)), and the side-by-side one, whose
+reference is measured with the other cores busy too.
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/efficiency.py            # ~10 min, writes results/efficiency.*
+    .venv/bin/python benchmarks/efficiency.py            # ~16 min, writes results/efficiency.*
     .venv/bin/python benchmarks/efficiency.py --quick    # smoke test, writes nothing
 """
 
@@ -280,7 +282,7 @@ NOTE = ("`x_single_1t`: epoch ÷ single at 1 thread; `x_single_Rt`: ÷ single at
         "of ÷ R (4 ranks on 2 cores can at best run 2 at a time); `side_by_side_efficiency` "
         "also takes its reference from min(R, cores) copies of it run at once (`copies_at_once` "
         "above): what this machine's cores deliver together, which on a machine whose cores "
-        "share memory bandwidth is less than one core's time the number of cores. Shares: the ranks' median "
+        "share memory bandwidth is less than the number of cores times one core alone. Shares: the ranks' median "
         "split of each epoch (gnnpipe.efficiency). Bytes: training bytes per epoch, measured "
         "and predicted.")
 
