@@ -1,10 +1,10 @@
 """Parallel efficiency of every distributed mode against the one-process runs, side by side.
 
 GCN-32 and GCNII-32 (hidden 64) on a synthetic 50K-node graph (avg degree 10, 8 classes, 64
-features, homophily 0.8, seed 0), 8 chunks, ``eval_every`` past the last epoch (training only),
+features, homophily 0.8, seed 0), ``--chunks`` chunks (8), ``eval_every`` past the last epoch (training only),
 for S = 2 and 4 ranks:
 
-- ``single`` at 1 torch thread and at S threads, ``local`` (S stages × 8 chunks) at 1 thread:
+- ``single`` at 1 torch thread and at S threads, ``local`` (S stages × C chunks) at 1 thread:
   each in a fresh child process; ``single`` and ``local`` at 1 thread also as min(S, cores)
   copies running at once (the side-by-side reference: what the cores deliver together);
 - ``pipeline`` S × 1 thread, ``graph`` S × 1 and (S = 4) ``hybrid`` 2 ways × 2 stages: on one
@@ -51,7 +51,7 @@ from _common import (
 import gnnpipe as gp
 from gnnpipe.efficiency import CLASSES, Layout
 
-MODELS, HIDDEN, CHUNKS = ("gcn", "gcnii"), 64, 8
+MODELS, HIDDEN = ("gcn", "gcnii"), 64
 MB = 2**20
 
 
@@ -65,10 +65,10 @@ def build(name: str, data: Any, layers: int) -> Any:
     return gp.models.build(name, data.num_features, 8, layers, HIDDEN)
 
 
-def kwargs_of(mode: str, ranks: int) -> dict[str, int]:
-    return {"single": {}, "local": {"stages": ranks, "chunks": CHUNKS},
-            "pipeline": {"stages": ranks, "chunks": CHUNKS}, "graph": {"parts": ranks},
-            "hybrid": {"ways": 2, "stages": 2, "chunks": CHUNKS}}[mode]
+def kwargs_of(mode: str, ranks: int, chunks: int) -> dict[str, int]:
+    return {"single": {}, "local": {"stages": ranks, "chunks": chunks},
+            "pipeline": {"stages": ranks, "chunks": chunks}, "graph": {"parts": ranks},
+            "hybrid": {"ways": 2, "stages": 2, "chunks": chunks}}[mode]
 
 
 def peak_rss() -> int:
@@ -84,7 +84,7 @@ def reset_peak() -> None:
 def train(cfg: dict[str, Any], data: Any, **extra: Any) -> Any:
     return gp.train(build(cfg["model"], data, cfg["layers"]), data, cfg["mode"],
                     epochs=cfg["epochs"] + 1, eval_every=cfg["epochs"] + 10, progress=False,
-                    **kwargs_of(cfg["mode"], cfg["ranks"]), **extra)
+                    **kwargs_of(cfg["mode"], cfg["ranks"], cfg["chunks"]), **extra)
 
 
 def summarize(run: Any, cfg: dict[str, Any], rss: dict[int, int]) -> dict[str, Any]:
@@ -116,7 +116,8 @@ def side_by_side(ranks: int) -> int:
 
 def configs(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every configuration; ``copies`` > 1: that many copies of a one-process run at once."""
-    base = {"nodes": args.nodes, "layers": args.layers, "epochs": args.epochs, "copies": 1}
+    base = {"nodes": args.nodes, "layers": args.layers, "epochs": args.epochs, "copies": 1,
+            "chunks": args.chunks}
     rows = []
     for model in MODELS:
         rows.append({**base, "model": model, "mode": "single", "ranks": 1, "threads": 1})
@@ -159,7 +160,8 @@ def measure_one(cfg: dict[str, Any], data: Any, cluster: Any) -> dict[str, Any]:
     ranks = cluster.workers()[:cfg["ranks"]]
     row = summarize(run, cfg, {r: hwm[w] for r, w in enumerate(ranks)})
     row["predicted_bytes"] = gp.comm_volume(build(cfg["model"], data, cfg["layers"]), data,
-                                            cfg["mode"], **kwargs_of(cfg["mode"], cfg["ranks"]))
+                                            cfg["mode"],
+                                            **kwargs_of(cfg["mode"], cfg["ranks"], cfg["chunks"]))
     return row
 
 
@@ -217,7 +219,7 @@ def table(results: list[dict[str, Any]]) -> pd.DataFrame:
         shared = by.get((m, "single", 1, 1, k) if r["mode"] == "graph" else (m, "local", R, 1, k))
         layout = Layout.of({"mode": r["mode"], "stages": R if r["mode"] == "pipeline" else 2,
                             "ways": 2 if r["mode"] == "hybrid" else 1, "parts": R,
-                            "chunks": CHUNKS})
+                            "chunks": r["chunks"]})
         reference = single if r["mode"] == "graph" else local
         ideal = layout.ideal(reference)
         core_ideal = ideal * R / min(R, cores)
@@ -252,9 +254,9 @@ def markdown(results: list[dict[str, Any]], frame: pd.DataFrame, env: dict[str, 
                          "peak_rss_mb": max(r["peak_rss_mb"].values())}
                         for r in results if r["mode"] in ("single", "local")])
     title = (f"# Parallel efficiency ({args.nodes:,} nodes, {args.layers} layers, hidden "
-             f"{HIDDEN}, {CHUNKS} chunks)")
+             f"{HIDDEN}, {args.chunks} chunks)")
     lines = [title, "", head, "", "## One process", "",
-             one.to_markdown(index=False, floatfmt=".3f"), "", locality(args.nodes), "",
+             one.to_markdown(index=False, floatfmt=".3f"), "", locality(args.nodes, args.chunks), "",
              "## Distributed (1 thread per rank)",
              "", frame.drop(columns=["local_x_single"]).to_markdown(index=False, floatfmt=".3f"),
              "", NOTE, ""]
@@ -267,17 +269,17 @@ def markdown(results: list[dict[str, Any]], frame: pd.DataFrame, env: dict[str, 
     return "\n".join(lines) + "\n"
 
 
-def locality(nodes: int) -> str:
+def locality(nodes: int, chunks: int) -> str:
     """How much of a chunk's aggregation reads other chunks' rows (what the chunked epoch pays
     beyond single: those rows are cold in cache when the chunk runs)."""
-    parts = gp.chunk(graph(nodes), CHUNKS, seed=0)
-    return (f"Chunks ({CHUNKS}, `gp.chunk`, seed 0): {parts.edge_cut_fraction:.1%} of "
+    parts = gp.chunk(graph(nodes), chunks, seed=0)
+    return (f"Chunks ({chunks}, `gp.chunk`, seed 0): {parts.edge_cut_fraction:.1%} of "
             f"the edges join two chunks; a chunk reads {parts.halo_rows.mean():,.0f} other "
             f"chunks' rows on average (its own: {parts.sizes.mean():,.0f}).")
 
 
 NOTE = ("`x_single_1t`: epoch ÷ single at 1 thread; `x_single_Rt`: ÷ single at R threads; "
-        "`efficiency` = ideal ÷ epoch with ideal = local (same S, 8 chunks, 1 thread) ÷ R × "
+        "`efficiency` = ideal ÷ epoch with ideal = local (same S and chunks, 1 thread) ÷ R × "
         "(C'+S−1)/C' (graph: single ÷ R); `core_bound_efficiency` uses ÷ min(R, cores) instead "
         "of ÷ R (4 ranks on 2 cores can at best run 2 at a time); `side_by_side_efficiency` "
         "also takes its reference from min(R, cores) copies of it run at once (`copies_at_once` "
@@ -293,6 +295,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=4, help="timed epochs after 1 warm-up")
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--chunks", type=int, default=8, help="chunks per epoch of the chunked modes")
     ap.add_argument("--rounds", type=int, default=2,
                     help="measure every configuration this many times, alternating the order")
     add_output_args(ap, child=True)
