@@ -1,8 +1,8 @@
 """Parallel efficiency of every distributed mode against the one-process runs, side by side.
 
 GCN-32 and GCNII-32 (hidden 64) on a synthetic 50K-node graph (avg degree 10, 8 classes, 64
-features, homophily 0.8, seed 0), ``--chunks`` chunks (8), ``eval_every`` past the last epoch (training only),
-for S = 2 and 4 ranks:
+features, homophily 0.8, seed 0), ``--chunks`` chunks (default 8), ``eval_every`` past the last
+epoch (training only), for S = 2 and 4 ranks:
 
 - ``single`` at 1 torch thread and at S threads, ``local`` (S stages × C chunks) at 1 thread:
   each in a fresh child process; ``single`` and ``local`` at 1 thread also as min(S, cores)
