@@ -9,12 +9,14 @@ workers must not use anything from here: a worker cannot import ``_common``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,26 +42,30 @@ def run_child(script: str, cfg: dict[str, Any],
               env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``script --child cfg`` in a fresh interpreter (with ``env`` added to the environment);
     its last stdout line is the result."""
-    proc = subprocess.run([sys.executable, script, "--child", json.dumps(cfg)],
-                          check=False, capture_output=True, text=True,
-                          env=None if env is None else {**os.environ, **env})
-    if proc.returncode != 0:
-        raise RuntimeError(f"child {cfg} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_children(script, [cfg], env)[0]
 
 
-def run_children(script: str, cfgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run ``script --child cfg`` for every ``cfg`` at the same time, each in a fresh
-    interpreter (:func:`run_child`'s protocol); their results in ``cfgs``' order."""
-    procs = [subprocess.Popen([sys.executable, script, "--child", json.dumps(cfg)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for cfg in cfgs]
-    results = []
-    for cfg, proc in zip(cfgs, procs):
-        out, err = proc.communicate()
-        if proc.returncode != 0:
-            raise RuntimeError(f"child {cfg} failed:\n{err[-3000:]}")
-        results.append(json.loads(out.strip().splitlines()[-1]))
+def run_children(script: str, cfgs: list[dict[str, Any]],
+                 env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """:func:`run_child` for every ``cfg`` at the same time, each in its own interpreter; their
+    results in ``cfgs``' order. Output goes to files, so no child waits on a full pipe while
+    another is being read."""
+    with contextlib.ExitStack() as files:
+        outs = [(files.enter_context(tempfile.TemporaryFile("w+")),
+                 files.enter_context(tempfile.TemporaryFile("w+"))) for _ in cfgs]
+        procs = [subprocess.Popen([sys.executable, script, "--child", json.dumps(cfg)],
+                                  stdout=out, stderr=err,
+                                  env=None if env is None else {**os.environ, **env})
+                 for cfg, (out, err) in zip(cfgs, outs)]
+        for proc in procs:
+            proc.wait()
+        results = []
+        for cfg, proc, (out, err) in zip(cfgs, procs, outs):
+            out.seek(0)
+            err.seek(0)
+            if proc.returncode != 0:
+                raise RuntimeError(f"child {cfg} failed:\n{err.read()[-3000:]}")
+            results.append(json.loads(out.read().strip().splitlines()[-1]))
     return results
 
 
