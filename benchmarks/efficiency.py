@@ -223,7 +223,7 @@ def table(results: list[dict[str, Any]]) -> pd.DataFrame:
         reference = single if r["mode"] == "graph" else local
         ideal = layout.ideal(reference)
         core_ideal = ideal * R / min(R, cores)
-        shared_ideal = core_ideal * shared / reference if shared else float("nan")
+        shared_ideal = core_ideal * shared / reference if shared is not None else float("nan")
         rows.append({"model": m, "ranks": R, "mode": r["mode"], "epoch_s": r["median_epoch_s"],
                      "x_single_1t": r["median_epoch_s"] / single,
                      "x_single_Rt": r["median_epoch_s"] / by[(m, "single", 1, R, 1)],
@@ -256,7 +256,8 @@ def markdown(results: list[dict[str, Any]], frame: pd.DataFrame, env: dict[str, 
     title = (f"# Parallel efficiency ({args.nodes:,} nodes, {args.layers} layers, hidden "
              f"{HIDDEN}, {args.chunks} chunks)")
     lines = [title, "", head, "", "## One process", "",
-             one.to_markdown(index=False, floatfmt=".3f"), "", locality(args.nodes, args.chunks), "",
+             one.to_markdown(index=False, floatfmt=".3f"), "",
+             locality(args.nodes, args.chunks), "",
              "## Distributed (1 thread per rank)",
              "", frame.drop(columns=["local_x_single"]).to_markdown(index=False, floatfmt=".3f"),
              "", NOTE, ""]
@@ -284,9 +285,9 @@ NOTE = ("`x_single_1t`: epoch ÷ single at 1 thread; `x_single_Rt`: ÷ single at
         "of ÷ R (4 ranks on 2 cores can at best run 2 at a time); `side_by_side_efficiency` "
         "also takes its reference from min(R, cores) copies of it run at once (`copies_at_once` "
         "above): what this machine's cores deliver together, which on a machine whose cores "
-        "share memory bandwidth is less than the number of cores times one core alone. Shares: the ranks' median "
-        "split of each epoch (gnnpipe.efficiency). Bytes: training bytes per epoch, measured "
-        "and predicted.")
+        "share memory bandwidth is less than the number of cores times one core alone. Shares: "
+        "the ranks' median split of each epoch (gnnpipe.efficiency). Bytes: training bytes per "
+        "epoch, measured and predicted.")
 
 
 def main() -> None:
