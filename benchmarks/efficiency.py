@@ -49,7 +49,7 @@ from _common import (
 )
 
 import gnnpipe as gp
-from gnnpipe.efficiency import CLASSES, Layout
+from gnnpipe.analysis.efficiency import CLASSES, Layout
 
 MODELS, HIDDEN = ("gcn", "gcnii"), 64
 MB = 2**20
@@ -286,7 +286,7 @@ NOTE = ("`x_single_1t`: epoch ÷ single at 1 thread; `x_single_Rt`: ÷ single at
         "also takes its reference from min(R, cores) copies of it run at once (`copies_at_once` "
         "above): what this machine's cores deliver together, which on a machine whose cores "
         "share memory bandwidth is less than the number of cores times one core alone. Shares: "
-        "the ranks' median split of each epoch (gnnpipe.efficiency). Bytes: training bytes per "
+        "the ranks' median split of each epoch (gnnpipe.analysis.efficiency). Bytes: training bytes per "
         "epoch, measured and predicted.")
 
 

@@ -175,7 +175,7 @@ def measure(args: argparse.Namespace, kind: str, log: Any) -> dict[str, Any]:
                                plan=plan if name == "planned" else None,
                                epochs=WARMUP + args.epochs, cluster=cluster, progress=False,
                                timeout=600.0)
-                assert [tuple(r) for r in run.config["ranges"]] == splits[name]
+                assert [tuple(r) for r in run.config.ranges] == splits[name]
                 times = run.history["epoch_time"].iloc[WARMUP:].tolist()
                 runs.append({"split": name, "round": rnd, "epoch_times": times,
                              "median_epoch_s": statistics.median(times),

@@ -26,8 +26,9 @@ from dashboard.views import ranks as rank_views
 from dashboard.views.schedule import ScheduleExplorer
 from dashboard.views.timeline import select_epoch, timeline_epochs, timeline_plot
 from dashboard.views.whatif import whatif_panel
-from gnnpipe.efficiency import Layout
-from gnnpipe.events import Timeline
+from gnnpipe.analysis.efficiency import Layout
+from gnnpipe.core.job import TrainConfig
+from gnnpipe.core.timeline import Timeline
 from gnnpipe.run import HISTORY_COLUMNS
 
 logger = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ class _Session:
 class _RanksCard:
     """Per-rank shares of the epoch and parallel efficiency (:mod:`dashboard.views.ranks`)."""
 
-    def __init__(self, config: dict[str, Any], timeline: Timeline) -> None:
+    def __init__(self, config: TrainConfig | None, timeline: Timeline) -> None:
         self.config = config
         ranks = run_ranks(config)
         shares, per_epoch = rank_views.rank_figures(timeline, config)
@@ -175,7 +176,7 @@ class _RanksCard:
         self.table.object = rank_views.shares_table(shares, per_epoch)
 
 
-def run_ranks(config: dict[str, Any]) -> int:
+def run_ranks(config: TrainConfig | None) -> int:
     """How many ranks a run's ``config`` asks for (0 for one-process modes)."""
     layout = Layout.of(config)
     return 0 if layout is None else layout.ranks
@@ -267,7 +268,8 @@ class Dashboard(param.Parameterized):
         predicted = (pn.pane.HoloViews(timeline_plot(self.predicted, title="predicted"),
                                        linked_axes=False) if self.predicted is not None else None)
         selector.param.watch(lambda _: lanes.update(session.timeline()), "value")
-        predicted_bytes = config.get("predicted_comm_bytes")
+        launch = self.source.launch
+        predicted_bytes = launch.predicted_comm_bytes if launch is not None else None
         matrix = LiveView(lambda comm: comm_views.comm_matrix_plot(comm, num_ranks),
                           session.comm(), sizing_mode="stretch_width")
         kinds = LiveView(comm_views.bytes_by_kind_plot, session.comm(),
@@ -325,10 +327,14 @@ class Dashboard(param.Parameterized):
         return layout
 
     def _header(self, history: pd.DataFrame) -> str:
-        c = self.source.config if self.source else {}
-        what = (f"{c.get('model', '?')}-{c.get('layers', '?')} · mode **{c.get('mode', '?')}** · "
-                f"stages {c.get('stages', 1)} · chunks {c.get('chunks', 1)} · ways {c.get('ways', 1)}")
-        progress = metric_views.progress_text(history, int(c.get("epochs", len(history)) or 0))
+        c = self.source.config if self.source else None
+        if c is None:
+            what, epochs = "an unknown job (followed by its run id)", len(history)
+        else:
+            what = (f"{c.model}-{c.layers} · mode **{c.mode}** · stages {c.stages} · "
+                    f"chunks {c.chunks} · ways {c.ways}")
+            epochs = c.epochs
+        progress = metric_views.progress_text(history, epochs)
         return f"## {self.title}\n{what}  \n{progress}"
 
     @staticmethod

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gnnpipe.cli_args import CliError, port_number
+from gnnpipe.cli.args import CliError, port_number
 
 RUN_FILES = ("config.json", "history.csv", "timeline.json")
 

@@ -11,10 +11,11 @@ import pandas as pd
 import panel as pn
 
 from dashboard.views.timeline import select_epoch, timeline_epochs, timeline_plot
-from gnnpipe.events import Timeline
+from gnnpipe.core.job import TrainConfig
+from gnnpipe.core.timeline import Timeline
 
 
-def _parts(run: Any, name: str) -> tuple[dict[str, Any], pd.DataFrame, Timeline]:
+def _parts(run: Any, name: str) -> tuple[TrainConfig | None, pd.DataFrame, Timeline]:
     """``(config, history, timeline)`` of a Run or a saved run folder."""
     if isinstance(run, (str, Path)):
         from dashboard.stream import ReplaySource
@@ -27,13 +28,11 @@ def _parts(run: Any, name: str) -> tuple[dict[str, Any], pd.DataFrame, Timeline]
     return run.config, run.history, timeline
 
 
-def _label(config: dict[str, Any], fallback: str) -> str:
-    mode = config.get("mode")
-    if mode is None:
+def _label(config: TrainConfig | None, fallback: str) -> str:
+    if config is None:
         return fallback
-    extra = (f" S={config.get('stages', 1)} C={config.get('chunks', 1)}"
-             if mode in ("pipeline", "hybrid", "local") else "")
-    return f"{fallback}: {mode}{extra}"
+    extra = f" S={config.stages} C={config.chunks}" if config.mode.staged else ""
+    return f"{fallback}: {config.mode}{extra}"
 
 
 class Compare:

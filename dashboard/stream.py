@@ -16,7 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from gnnpipe.events import Timeline
+from gnnpipe.core.job import Launch, TrainConfig
+from gnnpipe.core.kinds import Mode
+from gnnpipe.core.timeline import Timeline
 from gnnpipe.run import HISTORY_COLUMNS
 
 
@@ -69,9 +71,10 @@ def _tail(items: deque, cursor: int) -> list:
 
 @dataclass
 class Snapshot:
-    """Everything the views draw at one moment."""
+    """Everything the views draw at one moment (``config`` None where the job is unknown: a
+    run followed by its topic alone, a lone trace file)."""
 
-    config: dict[str, Any]
+    config: TrainConfig | None
     history: pd.DataFrame
     timeline: Timeline
     comm: pd.DataFrame
@@ -79,10 +82,11 @@ class Snapshot:
 
 
 class Source:
-    """Base: a config, a feed for live data, and the final results when known."""
+    """Base: the job (when known), its launch, a feed for live data, and the final results
+    when known."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.config = config
+    def __init__(self, config: TrainConfig | None, launch: Launch | None = None) -> None:
+        self.config, self.launch = config, launch
         self.feed = Feed()
 
     @property
@@ -98,7 +102,7 @@ class RunSource(Source):
     """A `Run` object in this process: live while a distributed run trains."""
 
     def __init__(self, run: Any) -> None:
-        super().__init__(run.config)
+        super().__init__(run.config, run.launch)
         self.run = run
         self.partitioning = getattr(run, "partitioning", None)
         self.data = getattr(run, "data", None)
@@ -122,7 +126,8 @@ class TopicSource(Source):
     def __init__(self, address: str, run_id: str) -> None:
         from distributed import Client
 
-        super().__init__({"mode": "?", "run_id": run_id, "scheduler": address})
+        super().__init__(None)
+        self.run_id, self.scheduler = run_id, address
         self.client = Client(address)
         self.client.subscribe_topic(run_id, self._on_event)
 
@@ -145,7 +150,9 @@ class ReplaySource(Source):
             raise FileNotFoundError(f"source: no run folder or trace file at {path}")
         folder = path if path.is_dir() else path.parent
         config_file = folder / "config.json"
-        super().__init__(json.loads(config_file.read_text()) if config_file.exists() else {})
+        raw = json.loads(config_file.read_text()) if config_file.exists() else None
+        super().__init__(TrainConfig.from_dict(raw) if raw else None,
+                         Launch.from_dict(raw) if raw else None)
         history_file = folder / "history.csv"
         self.history = (pd.read_csv(history_file) if history_file.exists()
                         else pd.DataFrame(columns=list(HISTORY_COLUMNS)))
@@ -174,6 +181,9 @@ class ReplaySource(Source):
         else ``(None, None)`` and :attr:`missing` says why."""
         if self._rebuilt is None:
             self._rebuilt = (None, None)
+            if self.config is None:
+                self.missing = "the run folder has no config.json"
+                return self._rebuilt
             try:
                 self._rebuilt = rebuild_partitioning(self.config)
             except (ValueError, KeyError, OSError) as err:
@@ -181,20 +191,21 @@ class ReplaySource(Source):
         return self._rebuilt
 
 
-def rebuild_partitioning(config: dict[str, Any]) -> tuple[Any, Any]:
+def rebuild_partitioning(config: TrainConfig) -> tuple[Any, Any]:
     """``(data, partitioning)`` of a saved run, as training made them: chunked modes
-    ``chunk(data, chunks, seed, parts_per_chunk)``, graph mode ``partition(data, parts, "metis", seed)``;
-    one-process modes ``(data, None)``."""
+    ``chunk(data, chunks, seed, parts_per_chunk)``, graph mode
+    ``partition(data, parts, "metis", seed)``; one-process ``single`` ``(data, None)``."""
     from gnnpipe import datasets
-    from gnnpipe.partition import LEGACY_PARTS_PER_CHUNK, chunk, partition
+    from gnnpipe.partition import chunk, partition
 
-    data = datasets.load(str(config["dataset"]))
-    mode, seed = config.get("mode"), int(config.get("seed", 0))
-    if mode == "graph":
-        return data, partition(data, int(config["parts"]), method="metis", seed=seed)
-    if mode in ("local", "pipeline", "hybrid"):
-        ppc = int(config.get("parts_per_chunk", LEGACY_PARTS_PER_CHUNK))
-        return data, chunk(data, int(config["chunks"]), seed=seed, parts_per_chunk=ppc)
+    if config.dataset is None:
+        raise ValueError("the run's config names no dataset")
+    data = datasets.load(config.dataset)
+    if config.mode is Mode.GRAPH:
+        return data, partition(data, config.parts, method="metis", seed=config.seed)
+    if config.mode.chunked:
+        return data, chunk(data, config.chunks, seed=config.seed,
+                           parts_per_chunk=config.parts_per_chunk)
     return data, None
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gnnpipe.events import KINDS
+from gnnpipe.core.timeline import KINDS
 
-#: Colour per op kind (``gnnpipe.events.KINDS``). ``idle`` is the lane background: gaps between
+#: Colour per op kind (``gnnpipe.core.timeline.KINDS``). ``idle`` is the lane background: gaps between
 #: bars are idle time.
 OP_COLORS: dict[str, str] = {
     "forward": "#4c78a8",
@@ -23,7 +23,7 @@ OP_COLORS: dict[str, str] = {
 #: Legend label per op kind where it says more than the kind.
 OP_LABELS: dict[str, str] = {"weight": "weight grad", "recv": "recv (waiting)",
                              "idle": "idle (gap)"}
-#: Colour per class of a rank's time (``gnnpipe.efficiency.CLASSES``), taken from the op kinds
+#: Colour per class of a rank's time (``gnnpipe.analysis.efficiency.CLASSES``), taken from the op kinds
 #: that make it up: compute is forward's, communication send's, waiting recv's, idle idle's.
 CLASS_COLORS: dict[str, str] = {"compute": OP_COLORS["forward"],
                                 "communication": OP_COLORS["send"],
@@ -152,7 +152,7 @@ def legend_hook(items: Iterable[tuple[str, str]], title: str | None = None,
 
 
 def op_legend(kinds: Iterable[str] = KINDS) -> list[tuple[str, str]]:
-    """``(label, colour)`` of each op kind of the scheme, in :data:`gnnpipe.events.KINDS` order."""
+    """``(label, colour)`` of each op kind of the scheme, in :data:`gnnpipe.core.timeline.KINDS` order."""
     return [(OP_LABELS.get(k, k), op_color(k)) for k in kinds]
 
 

@@ -16,29 +16,33 @@ __version__ = "0.1.0"
 #: Where each public name lives; the three submodules are public as modules.
 _HOMES = {
     "Cluster": "gnnpipe.runtime.cluster",
+    "Mode": "gnnpipe.core.kinds",
     "Partitioning": "gnnpipe.partition",
     "Plan": "gnnpipe.plan",
     "Run": "gnnpipe.run",
-    "Techniques": "gnnpipe.engine.chunked",
-    "Timeline": "gnnpipe.events",
+    "RunHandle": "gnnpipe.run",
+    "Techniques": "gnnpipe.core.techniques",
+    "Timeline": "gnnpipe.core.timeline",
+    "TrainConfig": "gnnpipe.core.job",
     "chunk": "gnnpipe.partition",
-    "comm_volume": "gnnpipe.volume",
+    "comm_volume": "gnnpipe.analysis.volume",
     "partition": "gnnpipe.partition",
     "plan": "gnnpipe.plan",
-    "simulate": "gnnpipe.simulate",
-    "train": "gnnpipe.train",
+    "simulate": "gnnpipe.schedule.simulator",
+    "train": "gnnpipe.api.train",
 }
 _SUBMODULES = ("datasets", "models", "schedule")
 
 __all__ = [
-    "Cluster", "Partitioning", "Plan", "Run", "Techniques", "Timeline", "__version__", "chunk",
-    "comm_volume", "datasets", "models", "partition", "plan", "schedule", "simulate", "train",
+    "Cluster", "Mode", "Partitioning", "Plan", "Run", "RunHandle", "Techniques", "Timeline",
+    "TrainConfig", "__version__", "chunk", "comm_volume", "datasets", "models", "partition", "plan",
+    "schedule", "simulate", "train",
 ]
 
 
 class _Package(types.ModuleType):
     def __setattr__(self, name: str, value: Any) -> None:
-        # Importing the submodule gnnpipe.train (or .plan, .partition, .simulate) binds it on
+        # Importing the submodule gnnpipe.api.train (or .plan, .partition, .simulate) binds it on
         # the package; gp.train must stay the function of the same name.
         if isinstance(value, types.ModuleType) and _HOMES.get(name) == value.__name__:
             value = getattr(value, name)
@@ -61,7 +65,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The public API only (what tab completion offers), not this module's own helpers."""
+    return sorted(__all__)
 
 
 sys.modules[__name__].__class__ = _Package

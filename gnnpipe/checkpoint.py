@@ -19,16 +19,15 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:  # the engines import this module: no import of them at run time
-    from gnnpipe.engine.chunked import StageExecutor
-    from gnnpipe.models import LayerStack
+from gnnpipe.core.job import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ def save_shard(root: str | Path, epoch: int, rank: int, shard: dict[str, Any]) -
     return _atomic(folder / f"rank-{rank:04d}.pt", lambda tmp: torch.save(shard, tmp))
 
 
-def save_manifest(root: str | Path, epoch: int, world: int, config: dict[str, Any],
+def save_manifest(root: str | Path, epoch: int, world: int, config: TrainConfig,
                   params: dict[str, list[int]], records: list[dict[str, Any]]) -> Path:
     """Complete the checkpoint of epoch ``epoch`` once all ``world`` shards are written."""
     folder = epoch_dir(root, epoch)
@@ -65,7 +64,7 @@ def save_manifest(root: str | Path, epoch: int, world: int, config: dict[str, An
     missing = [p.name for p in shards if not p.exists()]
     if missing:
         raise RuntimeError(f"checkpoint: shards {missing} of epoch {epoch} are missing in {folder}")
-    manifest = {"format": FORMAT, "epoch": epoch, "world": world, "config": config,
+    manifest = {"format": FORMAT, "epoch": epoch, "world": world, "config": config.to_dict(),
                 "params": params, "records": records,
                 "shards": [{"file": p.name, "bytes": p.stat().st_size} for p in shards]}
     text = json.dumps(manifest, default=str)
@@ -81,7 +80,7 @@ class Manifest:
     folder: str
     epoch: int
     world: int
-    config: dict[str, Any]
+    config: TrainConfig
     params: dict[str, list[int]]
     records: list[dict[str, Any]]
 
@@ -98,8 +97,8 @@ class Manifest:
                     return None
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return cls(str(folder), int(raw["epoch"]), int(raw["world"]), raw["config"],
-                   raw["params"], raw["records"])
+        return cls(str(folder), int(raw["epoch"]), int(raw["world"]),
+                   TrainConfig.from_dict(raw["config"]), raw["params"], raw["records"])
 
     def shards(self) -> list[dict[str, Any]]:
         """Every shard, memory-mapped (a rank touches only the tensors it takes)."""
@@ -119,33 +118,6 @@ def latest(root: str | Path) -> Manifest | None:
     return None
 
 
-def param_shapes(model: LayerStack) -> dict[str, list[int]]:
-    return {k: list(v.shape) for k, v in model.state_dict().items()}
-
-
-# --------------------------------------------------------------------------- shard contents
-def model_shard(model: LayerStack, start: int, stop: int) -> dict[str, Tensor]:
-    """The state of blocks ``start:stop`` (parameter names as in the whole stack)."""
-    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()
-            if start <= int(k.split(".")[1]) < stop}
-
-
-def optimizer_shard(optimizer: torch.optim.Optimizer, model: LayerStack) -> dict[str, Any]:
-    """Adam's state of each parameter ``optimizer`` updates, by parameter name."""
-    names = {id(p): n for n, p in model.named_parameters()}
-    return {names[id(p)]: {k: v.detach().cpu().clone() if isinstance(v, Tensor) else v
-                           for k, v in state.items()}
-            for p, state in optimizer.state.items()}
-
-
-def buffer_shard(executor: StageExecutor) -> dict[str, dict[str, Tensor]]:
-    """The stage's historical buffers by block key (``H``; ``dZ`` and ``snap`` if allocated)."""
-    out = {}
-    for key, buf in executor.buffers.items():
-        out[str(key)] = {k: v.cpu().clone() for k, v in buf.tensors().items()}
-    return out
-
-
 def shard(layout: dict[str, Any], model: dict[str, Tensor] | None = None,
           optimizer: dict[str, Any] | None = None,
           buffers: dict[str, dict[str, Tensor]] | None = None) -> dict[str, Any]:
@@ -153,69 +125,11 @@ def shard(layout: dict[str, Any], model: dict[str, Tensor] | None = None,
             "optimizer": optimizer or {}, "buffers": buffers or {}}
 
 
-# --------------------------------------------------------------------------- restoring
-def restore_model(model: LayerStack, shards: list[dict[str, Any]], start: int = 0,
-                  stop: int | None = None) -> None:
-    """Load blocks ``start:stop`` of ``model`` from whichever shards hold them."""
-    stop = len(model) if stop is None else stop
-    merged = {k: v for s in shards for k, v in s["model"].items()
-              if start <= int(k.split(".")[1]) < stop}
-    wanted = set(model_shard(model, start, stop))
-    if set(merged) != wanted:
-        raise ValueError(f"resume: the checkpoint lacks parameters {sorted(wanted - set(merged))}")
-    with torch.no_grad():
-        for name, value in model.state_dict().items():
-            if name in merged:
-                value.copy_(merged[name])
-
-
-def restore_optimizer(optimizer: torch.optim.Optimizer, model: LayerStack,
-                      shards: list[dict[str, Any]]) -> None:
-    """Give each parameter ``optimizer`` updates its Adam state from the checkpoint (by name)."""
-    merged = {k: v for s in shards for k, v in s["optimizer"].items()}
-    names = {id(p): n for n, p in model.named_parameters()}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            state = merged.get(names[id(p)])
-            if state is not None:  # a parameter never stepped has no state yet
-                optimizer.state[p] = {k: v.clone() if k == "step" else v.to(p.device).clone()
-                                      for k, v in state.items()}
-
-
-def restore_buffers(executor: StageExecutor, shards: list[dict[str, Any]],
-                    layout: dict[str, Any]) -> None:
-    """Take the historical buffers of the stage's blocks from the checkpoint where they carry over
-    exactly: the same node order and chunking, and either one pipeline per stage (``local``,
-    ``pipeline``) or the same ranks (``hybrid`` resumed as itself). Buffers that do not carry over
-    start from zeros like epoch 0 (a logged warning)."""
-    from gnnpipe.engine.chunked import LayerBuffers
-
-    start, stop = executor.start, executor.stop
-    for s in shards:
-        old = s["layout"]
-        if old.get("node_order") != layout["node_order"]:
-            continue
-        same_ranks = all(old.get(k) == layout[k] for k in ("mode", "ranges", "ways", "rank"))
-        if old.get("ways", 1) != 1 and not same_ranks:
-            continue
-        for key, tensors in s["buffers"].items():
-            k = int(key)
-            if start <= k < stop and ("snap" in tensors) == executor.techniques.snapshot:
-                on = {name: t.to(executor.device).clone() for name, t in tensors.items()}
-                shared = executor.techniques.grad_in_h  # dZbuf restarts from zeros in Hbuf
-                executor.buffers[k] = LayerBuffers(on["H"], on.get("snap"),
-                                                   None if shared else on.get("dZ"), shared)
-    blocks = executor.model.blocks
-    fresh = [k for k in range(start, stop) if blocks[k].aggregates and k not in executor.buffers]
-    if fresh:
-        logger.warning("resume: the historical buffers of blocks %s start from zeros like epoch 0 "
-                       "(the checkpoint's node order, chunking or stage layout differs)", fresh)
-
-
-def layout(mode: str, ranges: list[tuple[int, int]] | list[list[int]], node_order: str,
-           stage: int = 0, way: int = 0, ways: int = 1, rank: int = 0) -> dict[str, Any]:
-    """Where a shard's state sat: mode, stage ranges, this participant's place, node order."""
-    return {"mode": mode, "ranges": [[int(a), int(b)] for a, b in ranges], "stage": stage,
+def layout(mode: str, ranges: Sequence[Sequence[int]], node_order: str, stage: int = 0,
+           way: int = 0, ways: int = 1, rank: int = 0) -> dict[str, Any]:
+    """Where a shard's state sat: mode, stage ranges, this participant's place, node order (plain
+    values: a shard loads with ``weights_only=True``)."""
+    return {"mode": str(mode), "ranges": [[int(a), int(b)] for a, b in ranges], "stage": stage,
             "way": way, "ways": ways, "rank": rank, "node_order": node_order}
 
 
@@ -230,7 +144,7 @@ class Checkpointer:
         every: epochs between checkpoints.
         epochs: the run's epochs (the last one is always checkpointed).
         program: what :meth:`~gnnpipe.engine.driver.EpochProgram.checkpoint_state` is asked.
-        config: the run's config (plain values), kept in the manifest.
+        config: the run's job, kept in the manifest.
         params: the whole model's parameter shapes (:func:`param_shapes`).
         rank, world: this participant and how many there are.
         inherited: history records of the epochs before a resume.
@@ -238,7 +152,7 @@ class Checkpointer:
     """
 
     def __init__(self, root: str | Path, every: int, epochs: int, program: Any,
-                 config: dict[str, Any], params: dict[str, list[int]], rank: int = 0,
+                 config: TrainConfig, params: dict[str, list[int]], rank: int = 0,
                  world: int = 1, inherited: list[dict[str, Any]] | tuple = (),
                  gather: Any = None) -> None:
         self.root, self.every, self.epochs, self.program = Path(root), every, epochs, program
@@ -273,7 +187,7 @@ def node_order(parts: Any) -> str:
 class Recovery:
     """How a run checkpoints, resumes and restarts (``gp.train``'s ``checkpoint``,
     ``checkpoint_every``, ``resume`` and ``restarts``, checked by
-    :func:`gnnpipe.validate.check_recovery`)."""
+    :func:`gnnpipe.api.door.check_recovery`)."""
 
     root: str | None = None
     every: int = 10

@@ -12,18 +12,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gnnpipe.validate import positive_int
+from gnnpipe.core.checks import positive_int
+from gnnpipe.core.job import PARTS_PER_CHUNK
 
 __all__ = ["METHODS", "Partitioning", "chunk", "partition"]
 
 #: Valid values of ``partition(method=...)``.
 METHODS: tuple[str, ...] = ("metis", "random", "contiguous")
-#: METIS parts per chunk by default: METIS's own ``C`` parts (fewest edges between chunks;
-#: DESIGN.md §4's ``4·C`` parts merged at random is ``parts_per_chunk=4``).
-PARTS_PER_CHUNK = 1
-#: What a saved run's config without ``parts_per_chunk`` was chunked with (before the default
-#: became 1).
-LEGACY_PARTS_PER_CHUNK = 4
 #: Constant part of the METIS node weight ``50 + degree`` (balances nodes and edges).
 NODE_WEIGHT_BASE = 50
 

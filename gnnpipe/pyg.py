@@ -19,9 +19,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from gnnpipe.engine.chunked import Techniques
+from gnnpipe.core.techniques import Techniques
 from gnnpipe.engine.message_passing import check_exact_in_graph_mode, check_module
-from gnnpipe.models import Block, LayerStack
+from gnnpipe.nn import Block, LayerStack
 
 #: A model part, (kind, op, reads, writes): kind ``conv`` (op: a MessagePassing), ``module``
 #: (op: any callable) or ``dropout`` (op: p), reading and writing named values.

@@ -1,4 +1,5 @@
-"""`Run`: what a training job returns — history, best epoch, measured timeline and bytes."""
+"""`Run`: what a training job returns — history, best epoch, measured timeline and bytes — and
+`RunHandle`, what every mode's handle offers."""
 
 from __future__ import annotations
 
@@ -6,12 +7,16 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 
-from gnnpipe import efficiency as eff
-from gnnpipe.events import Timeline
+from gnnpipe.analysis import efficiency as eff
+from gnnpipe.core.job import Launch, TrainConfig
+from gnnpipe.core.timeline import Timeline
+
+__all__ = ["EVENT_COLUMNS", "HISTORY_COLUMNS", "Run", "RunHandle", "RunResults", "best_epoch",
+           "events_frame", "history_from"]
 
 HISTORY_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "val_loss",
                    "epoch_time", "comm_bytes")
@@ -65,75 +70,55 @@ def best_epoch(history: pd.DataFrame) -> dict[str, float]:
             "test_acc": float(row["test_acc"])}
 
 
-@dataclass
-class Run:
-    """A training job's results.
+class RunResults:
+    """What every run handle computes from its own ``config``, ``history``, ``comm``,
+    ``events`` and :meth:`live_timeline`: written once, for a finished :class:`Run` and for a
+    distributed run still training alike (its numbers are then those so far)."""
 
-    Attributes:
-        config: the arguments it ran with (plain values).
-        history: one row per epoch with :data:`HISTORY_COLUMNS`.
-        timeline: measured ops (rank, stage, chunk, kind, start, end, bytes, ...).
-        comm: bytes sent per (src, dst, kind); empty for one-process modes.
-        partitioning: the chunking (chunked modes) or METIS partitioning (graph) it used.
-        data: the graph it trained on.
-        events: resumes and restarts (:data:`EVENT_COLUMNS`); empty for a run that had none.
-    """
+    config: TrainConfig
+    launch: Launch | None
+    history: pd.DataFrame
+    comm: pd.DataFrame
+    events: pd.DataFrame
+    error: str | None = None
 
-    config: dict[str, Any]
-    history: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=HISTORY_COLUMNS))
-    timeline: Timeline = field(default_factory=Timeline)
-    comm: pd.DataFrame = field(
-        default_factory=lambda: pd.DataFrame(columns=["src", "dst", "kind", "bytes"]))
-    partitioning: Any = None  # the chunking or partitioning the run used (for views)
-    data: Any = None  # the graph, in the original node order
-    events: pd.DataFrame = field(default_factory=lambda: events_frame([]))
+    def live_timeline(self) -> Timeline:
+        raise NotImplementedError
 
     @property
     def best(self) -> dict[str, float]:
         """``{epoch, val_acc, test_acc}``: test accuracy at the best validation epoch."""
         return best_epoch(self.history)
 
-    @property
-    def done(self) -> bool:
-        return True
-
-    def wait(self) -> Run:
-        return self
-
-    def stop(self) -> None:
-        """One-process runs finish before ``train`` returns; nothing to stop."""
-
-    def live_timeline(self) -> Timeline:
-        """The measured timeline so far (for finished runs, the whole of it)."""
-        return self.timeline
-
-    def subscribe(self, callback: Callable[[dict[str, Any], list[dict[str, Any]]], None]) -> None:
-        """Call ``callback(record, ops)`` for every epoch a rank reports from now on. Callbacks run
-        on the client's event thread and must not block (the dashboard only appends to a
-        bounded queue). A finished run reports nothing more."""
-
     def to_chrome_trace(self, path: str | Path) -> Path:
         """Write the measured timeline as a Trace Event Format file (opens in Perfetto)."""
-        return self.timeline.to_chrome_trace(path)
+        return self.live_timeline().to_chrome_trace(path)
 
     def save(self, folder: str | Path) -> Path:
         """Write ``history.csv``, ``trace.json``, ``timeline.json``, ``comm.csv``, ``events.csv``
-        and ``config.json`` into ``folder``."""
+        and ``config.json`` (the job, :meth:`TrainConfig.to_dict`, with the launch's run id and
+        predicted bytes, and ``status: failed`` and the ``error`` of a failed run) into
+        ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
+        timeline = self.live_timeline()
         self.history.to_csv(folder / "history.csv", index=False)
-        self.timeline.to_json(folder / "timeline.json")
-        self.to_chrome_trace(folder / "trace.json")
+        timeline.to_json(folder / "timeline.json")
+        timeline.to_chrome_trace(folder / "trace.json")
         self.comm.to_csv(folder / "comm.csv", index=False)
         self.events.to_csv(folder / "events.csv", index=False)
-        (folder / "config.json").write_text(json.dumps(self.config, indent=2, default=str))
+        config = {**self.config.to_dict(), **(self.launch.to_dict() if self.launch else {})}
+        if self.error is not None:
+            config.update(status="failed", error=self.error)
+        (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
         return folder
 
     def efficiency(self, reference: float | None = None) -> pd.DataFrame:
         """Per epoch of a distributed run: measured span, ideal epoch, parallel efficiency
         (ideal ÷ measured) and the ranks' mean compute / communication / waiting / idle shares
-        (:mod:`gnnpipe.efficiency`). ``reference``: a measured one-process chunked epoch in
-        seconds for the ideal (default: the ranks' compute summed). Empty for one-process modes."""
+        (:mod:`gnnpipe.analysis.efficiency`). ``reference``: a measured one-process chunked epoch
+        in seconds for the ideal (default: the ranks' compute summed). Empty for one-process
+        modes."""
         layout = eff.Layout.of(self.config)
         if layout is None:
             return eff.efficiency(Timeline(), eff.Layout(1))
@@ -147,7 +132,7 @@ class Run:
         """One row: mode, best epoch and accuracies, median epoch time, bytes per epoch and, for
         distributed runs, the median parallel efficiency and time shares (first epoch skipped)."""
         h = self.history
-        row = {"mode": self.config.get("mode"), **self.best,
+        row = {"mode": self.config.mode.value, **self.best,
                "epoch_time_s": float(h["epoch_time"].median()) if len(h) else float("nan"),
                "comm_bytes_per_epoch": float(h["comm_bytes"].median()) if len(h) else 0.0}
         per_epoch = self.efficiency()
@@ -160,8 +145,106 @@ class Run:
         return pd.DataFrame([row])
 
     def __repr__(self) -> str:
-        best = self.best
+        best, mode = self.best, self.config.mode.value
         if not best:
-            return f"Run(mode={self.config.get('mode')!r}, no epochs)"
-        return (f"Run(mode={self.config.get('mode')!r}, epochs={len(self.history)}, "
-                f"best epoch {best['epoch']}: val {best['val_acc']:.4f}, test {best['test_acc']:.4f})")
+            return f"{type(self).__name__}(mode={mode!r}, no epochs)"
+        return (f"{type(self).__name__}(mode={mode!r}, epochs={len(self.history)}, "
+                f"best epoch {best['epoch']}: val {best['val_acc']:.4f}, "
+                f"test {best['test_acc']:.4f})")
+
+
+@dataclass(repr=False)
+class Run(RunResults):
+    """A finished training job's results.
+
+    Attributes:
+        config: the job it ran (:class:`~gnnpipe.core.job.TrainConfig`).
+        history: one row per epoch with :data:`HISTORY_COLUMNS`.
+        timeline: measured ops (rank, stage, chunk, kind, start, end, bytes, ...).
+        comm: bytes sent per (src, dst, kind); empty for one-process modes.
+        partitioning: the chunking (chunked modes) or METIS partitioning (graph) it used.
+        data: the graph it trained on.
+        events: resumes and restarts (:data:`EVENT_COLUMNS`); empty for a run that had none.
+        launch: a distributed run's id and predicted bytes (None in one process).
+        error: why the run failed (None for a run that finished).
+    """
+
+    config: TrainConfig
+    history: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=HISTORY_COLUMNS))
+    timeline: Timeline = field(default_factory=Timeline)
+    comm: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=["src", "dst", "kind", "bytes"]))
+    partitioning: Any = None  # the chunking or partitioning the run used (for views)
+    data: Any = None  # the graph, in the original node order
+    events: pd.DataFrame = field(default_factory=lambda: events_frame([]))
+    launch: Launch | None = None
+    error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    def wait(self, timeout: float | None = None) -> Run:
+        """A finished run: itself."""
+        return self
+
+    def stop(self) -> None:
+        """One-process runs finish before ``train`` returns; nothing to stop."""
+
+    def live_timeline(self) -> Timeline:
+        """The measured timeline (the whole of it: the run is finished)."""
+        return self.timeline
+
+    def subscribe(self, callback: Callable[[dict[str, Any], list[dict[str, Any]]], None]) -> None:
+        """Call ``callback(record, ops)`` for every epoch a rank reports from now on. Callbacks run
+        on the client's event thread and must not block (the dashboard only appends to a
+        bounded queue). A finished run reports nothing more."""
+
+
+@runtime_checkable
+class RunHandle(Protocol):
+    """What ``gp.train`` returns in every mode: a finished :class:`Run`, or a
+    :class:`~gnnpipe.runtime.handle.DistributedRun` that may still be training
+    (``background=True``)."""
+
+    config: TrainConfig
+    launch: Launch | None
+    partitioning: Any
+    data: Any
+
+    @property
+    def history(self) -> pd.DataFrame: ...
+
+    @property
+    def timeline(self) -> Timeline: ...
+
+    @property
+    def comm(self) -> pd.DataFrame: ...
+
+    @property
+    def events(self) -> pd.DataFrame: ...
+
+    @property
+    def best(self) -> dict[str, float]: ...
+
+    @property
+    def done(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> RunHandle: ...
+
+    def stop(self) -> None: ...
+
+    def live_timeline(self) -> Timeline: ...
+
+    def subscribe(self, callback: Callable[[dict[str, Any], list[dict[str, Any]]], None]) -> None:
+        ...
+
+    def to_chrome_trace(self, path: str | Path) -> Path: ...
+
+    def save(self, folder: str | Path) -> Path: ...
+
+    def efficiency(self, reference: float | None = None) -> pd.DataFrame: ...
+
+    def rank_shares(self) -> pd.DataFrame: ...
+
+    def summary(self) -> pd.DataFrame: ...

@@ -15,9 +15,11 @@ import torch
 
 import gnnpipe as gp
 from gnnpipe import checkpoint as ckpt
+from gnnpipe.core.kinds import Mode
 from gnnpipe.models import Block
 from gnnpipe.runtime.launch import RankFailure
-from gnnpipe.validate import DISTRIBUTED
+
+DISTRIBUTED = tuple(m.value for m in Mode if m.distributed)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 

@@ -17,8 +17,9 @@ import pytest
 from failing_blocks import fail_at
 
 import gnnpipe as gp
-from gnnpipe import cli_args, cli_runs
+from gnnpipe.cli import args as cli_args
 from gnnpipe.cli import build_parser, main
+from gnnpipe.cli import runs as cli_runs
 from gnnpipe.plan import Plan
 from gnnpipe.runtime.cluster import Cluster
 from gnnpipe.runtime.launch import RankFailure
@@ -69,7 +70,7 @@ def test_the_parser_and_help_import_no_torch():
 
 
 def test_the_lazy_package_keeps_the_public_api():
-    probe = _python("import sys, gnnpipe as gp, gnnpipe.train, gnnpipe.plan; "
+    probe = _python("import sys, gnnpipe as gp, gnnpipe.api.train, gnnpipe.plan; "
                     "from gnnpipe import Cluster; "
                     "print(callable(gp.train), callable(gp.plan), gp.models.gcn.__name__, "
                     "Cluster.__name__, 'torch' in sys.modules)")
@@ -89,10 +90,11 @@ def test_the_lazy_package_pickles_by_name():
 
 def test_the_cli_names_are_the_librarys():
     from gnnpipe import datasets, models
-    from gnnpipe.train import DISTRIBUTED, MODES
+    from gnnpipe.api.door import MODES
+    from gnnpipe.core.kinds import Mode
 
     assert cli_args.MODES == MODES
-    assert cli_args.DISTRIBUTED == DISTRIBUTED
+    assert cli_args.DISTRIBUTED == tuple(m for m in MODES if Mode(m).distributed)
     assert cli_args.MODELS == tuple(sorted(models.MODELS))
     assert cli_args.DATASETS == tuple(sorted(datasets.NAMES))
 
@@ -242,7 +244,7 @@ def test_a_failed_run_still_saves_what_it_did(cluster, small_graph, tmp_path):
     run = gp.train(model, small_graph, "pipeline", stages=2, chunks=4, epochs=50,
                    cluster=cluster, background=True, progress=False)
     with pytest.raises(cli_runs.RunFailed, match="rank 1 failed") as failed:
-        cli_runs.finish(run, tmp_path, "pipeline", 50, progress=False)
+        cli_runs.finish(run, tmp_path, "pipeline", progress=False)
     assert isinstance(failed.value.cause, RankFailure)
     (folder,) = tmp_path.iterdir()
     assert failed.value.folder == folder

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import gnnpipe as gp
-from gnnpipe.efficiency import CLASSES, Layout, efficiency, rank_breakdown, rank_shares
-from gnnpipe.events import OpEvent, Timeline
+from gnnpipe.analysis.efficiency import CLASSES, Layout, efficiency, rank_breakdown, rank_shares
+from gnnpipe.core.timeline import OpEvent, Timeline
 
 
 def _op(rank: int, kind: str, start: float, end: float, chunk: int = 0, epoch: int = 0) -> OpEvent:

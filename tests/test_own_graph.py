@@ -10,7 +10,7 @@ from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.utils import contains_self_loops, is_undirected
 
 import gnnpipe as gp
-from gnnpipe.graphs.facebook import CLASSES
+from gnnpipe.datasets.facebook import CLASSES
 from gnnpipe.plan.profile import profile_model
 
 
@@ -77,7 +77,7 @@ def test_facebook_trains_single_and_local(facebook):
         model = gp.models.gcn(4714, hidden=16, out_dim=4, layers=2)
         run = gp.train(model, facebook, mode, epochs=2, progress=False)
         assert len(run.history) == 2 and np.isfinite(run.history["loss"]).all()
-        assert run.config["dataset"] == "facebook"
+        assert run.config.dataset == "facebook"
 
 
 # ----------------------------------------------------------------------------- your own graph

@@ -205,8 +205,8 @@ def test_plan_with_fixed_chunks_and_bandwidth(model, small_graph, profile):
 def test_train_with_a_plan(model, small_graph, plan):
     run = gp.train(copy.deepcopy(model), small_graph, "local", plan=plan, epochs=2, progress=False)
     assert len(run.history) == 2
-    assert [tuple(r) for r in run.config["ranges"]] == list(plan.ranges)
-    assert run.config["chunks"] == plan.chunks
+    assert [tuple(r) for r in run.config.ranges] == list(plan.ranges)
+    assert run.config.chunks == plan.chunks
 
 
 def test_cli_plan_prints_the_plan(capsys):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -14,7 +15,8 @@ from torch_geometric.nn import GATConv, GCNConv, MessagePassing, Sequential, SGC
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 
 import gnnpipe as gp
-from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
+from gnnpipe.core.techniques import Techniques
+from gnnpipe.engine.chunked import StageExecutor, chunk_order
 from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.engine.single import FullGraphContext, chunk_loss
 from gnnpipe.models import LayerStack
@@ -229,7 +231,7 @@ def test_pyg_models_default_to_fresh_rows_and_latest_gradients(small_graph):
 
     def techniques(model, **kw):
         run = gp.train(model, small_graph, "local", chunks=2, epochs=1, progress=False, **kw)
-        return run.config["techniques"]
+        return dataclasses.asdict(run.config.techniques)
 
     assert techniques(copy.deepcopy(gat)) == {"random_order": True, "snapshot": False,
                                               "snapshot_period": 23, "unbiased_grad": False}

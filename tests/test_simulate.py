@@ -1,4 +1,4 @@
-"""Tests for gnnpipe.simulate and the Timeline metrics and trace export it feeds."""
+"""Tests for gnnpipe.schedule.simulator and the Timeline metrics and trace export it feeds."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from gnnpipe import schedule
-from gnnpipe.events import COLUMNS, Timeline
+from gnnpipe.core.timeline import COLUMNS, Timeline
 from gnnpipe.schedule import Op, Schedule
-from gnnpipe.simulate import simulate
+from gnnpipe.schedule.simulator import simulate
 
 FB = {"forward": 1.0, "backward": 2.0}
 

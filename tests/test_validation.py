@@ -248,7 +248,7 @@ def test_float64_features_are_converted_to_float32(caplog):
     wide = data.clone()
     wide.x = data.x.double()
     for mode in ("single", "local"):
-        with caplog.at_level(logging.WARNING, logger="gnnpipe.validate"):
+        with caplog.at_level(logging.WARNING, logger="gnnpipe.api.door"):
             run = gp.train(copy.deepcopy(model), wide, mode, epochs=2, chunks=2, progress=False)
         assert "converting torch.float64 features to torch.float32" in caplog.text
         assert wide.x.dtype == torch.float64  # the caller's graph is left as it was
@@ -263,7 +263,7 @@ def test_valid_inputs_still_train():
     run = gp.train(copy.deepcopy(model), data, "local", epochs=2, chunks=3, lr=0.05, seed=7,
                    gnn_weight_decay=0.0, techniques={"random_order": False}, recompute=True,
                    timeout=5, progress=False)
-    assert run.history["epoch"].tolist() == [0, 1] and run.config["chunks"] == 3
+    assert run.history["epoch"].tolist() == [0, 1] and run.config.chunks == 3
     plan = gp.plan(model, data, 2, chunks=4, repeats=1)
     run = gp.train(copy.deepcopy(model), data, "local", plan=plan, epochs=1, progress=False)
-    assert [tuple(r) for r in run.config["ranges"]] == list(plan.ranges)
+    assert [tuple(r) for r in run.config.ranges] == list(plan.ranges)

@@ -1,4 +1,4 @@
-"""Tests for gnnpipe.whatif: costs read back from a timeline, re-simulated, and the what-if table."""
+"""Tests for gnnpipe.analysis.whatif: costs read back from a timeline, re-simulated, and the what-if table."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from gnnpipe import schedule
-from gnnpipe.events import Timeline
-from gnnpipe.simulate import simulate
-from gnnpipe.whatif import OpCosts, bubble_formula, build, costs_from, predict, what_if
+from gnnpipe.analysis.whatif import OpCosts, bubble_formula, build, costs_from, predict, what_if
+from gnnpipe.core.timeline import Timeline
+from gnnpipe.schedule.simulator import simulate
 
 # Binary fractions: every simulated time is exact in floating point, so extracted durations
 # and gaps are the costs themselves.

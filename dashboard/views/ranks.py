@@ -1,24 +1,22 @@
 """Per-rank views: where each rank's epoch goes (compute, communication, waiting, idle) and the
-parallel efficiency per epoch, from :mod:`gnnpipe.efficiency`."""
+parallel efficiency per epoch, from :mod:`gnnpipe.analysis.efficiency`."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 import holoviews as hv
 import holoviews.plotting.bokeh  # registers the bokeh options used below
 import pandas as pd
 
 from dashboard.style import CLASS_COLORS, categorical_ticks, percent_axis
-from gnnpipe.efficiency import CLASSES, Layout, efficiency, rank_shares
-from gnnpipe.events import Timeline
+from gnnpipe.analysis.efficiency import CLASSES, Layout, efficiency, rank_shares
+from gnnpipe.core.job import TrainConfig
+from gnnpipe.core.timeline import Timeline
 
 _SHARE_COLUMNS = ["rank", "class", "share"]
 
 
-def rank_figures(timeline: Timeline, config: Mapping[str, Any]) -> tuple[pd.DataFrame,
-                                                                         pd.DataFrame]:
+def rank_figures(timeline: Timeline,
+                 config: TrainConfig | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(rank_shares, efficiency)`` of a run's timeline, as ``Run.rank_shares()`` and
     ``Run.efficiency()`` give them (empty frames for one-process runs or no ops yet)."""
     layout = Layout.of(config)
@@ -30,7 +28,7 @@ def rank_figures(timeline: Timeline, config: Mapping[str, Any]) -> tuple[pd.Data
 def shares_plot(shares: pd.DataFrame, ranks: int = 0) -> hv.Bars:
     """Stacked bars, one per rank, of its median share of the epoch in each class.
 
-    Element data: kdims ``rank`` (str) and ``class`` (in :data:`gnnpipe.efficiency.CLASSES`
+    Element data: kdims ``rank`` (str) and ``class`` (in :data:`gnnpipe.analysis.efficiency.CLASSES`
     order), vdim ``share``; ``ranks × 4`` rows, coloured by class
     (:data:`dashboard.style.CLASS_COLORS`) with a legend. Before any op (``shares`` empty),
     ``ranks`` zero bars: the same element, so a streamed plot can fill them in later (none:

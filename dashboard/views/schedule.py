@@ -11,11 +11,12 @@ import panel as pn
 import param
 
 from dashboard.views.timeline import timeline_plot
-from gnnpipe.events import Timeline
+from gnnpipe.analysis.whatif import SCHEDULES, OpCosts, bubble_formula, build, costs_from, predict
+from gnnpipe.core.job import TrainConfig
+from gnnpipe.core.timeline import Timeline
 from gnnpipe.schedule import Schedule
-from gnnpipe.whatif import SCHEDULES, OpCosts, bubble_formula, build, costs_from, predict
 
-#: Schedule names the explorer offers (:data:`gnnpipe.whatif.SCHEDULES`).
+#: Schedule names the explorer offers (:data:`gnnpipe.analysis.whatif.SCHEDULES`).
 BUILDERS = SCHEDULES
 _INPUTS = ["schedule", "other", "stages", "chunks", "virtual", "forward", "backward", "comm"]
 _SIDES = ("schedule", "other")
@@ -64,11 +65,11 @@ class ScheduleExplorer(param.Parameterized):
     def for_run(cls, run: Any, **params: Any) -> ScheduleExplorer:
         """Open on a run's own stages and chunks and, for a pipeline run with a timeline, its
         measured median forward/backward seconds and transfer delay."""
-        config = getattr(run, "config", {}) or {}
+        config: TrainConfig | None = getattr(run, "config", None)
         values: dict[str, Any] = {}
-        if config.get("mode") in ("pipeline", "hybrid", "local"):
-            values["stages"] = min(max(int(config.get("stages", 1)), 1), 16)
-            values["chunks"] = min(max(int(config.get("chunks", 1)), 1), 64)
+        if config is not None and config.mode.staged:
+            values["stages"] = min(max(config.stages, 1), 16)
+            values["chunks"] = min(max(config.chunks, 1), 64)
         timeline = getattr(run, "timeline", None)
         try:
             costs = costs_from(timeline) if timeline is not None else None
@@ -108,7 +109,7 @@ class ScheduleExplorer(param.Parameterized):
         return self.timeline(which).bubble_fraction()
 
     def formula(self, which: str = "schedule") -> float:
-        """The schedule's equal-cost textbook bubble (:func:`gnnpipe.whatif.bubble_formula`)."""
+        """The schedule's equal-cost textbook bubble (:func:`gnnpipe.analysis.whatif.bubble_formula`)."""
         return self._formula(which)[1]
 
     def _formula(self, which: str) -> tuple[str, float]:

@@ -8,7 +8,7 @@ import holoviews.plotting.bokeh  # registers the bokeh options used below
 import pandas as pd
 
 from dashboard.style import OP_COLORS, OTHER_COLOR, legend_hook, op_legend
-from gnnpipe.events import Timeline
+from gnnpipe.core.timeline import Timeline
 
 #: Most bars drawn at once: beyond it the latest ops are kept (and the title says so).
 MAX_BARS = 20_000

@@ -1,5 +1,5 @@
 """What-if view: a run's measured op costs re-simulated under other schedules and chunk counts,
-predicted beside measured (:mod:`gnnpipe.whatif`)."""
+predicted beside measured (:mod:`gnnpipe.analysis.whatif`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pandas as pd
 import panel as pn
 
 from dashboard.views.timeline import select_epoch, timeline_epochs, timeline_plot
-from gnnpipe.events import Timeline
-from gnnpipe.whatif import build, costs_from, predict, what_if
+from gnnpipe.analysis.whatif import build, costs_from, predict, what_if
+from gnnpipe.core.timeline import Timeline
 
 
 def whatif_plot(table: pd.DataFrame) -> hv.Overlay:
@@ -31,7 +31,7 @@ def whatif_plot(table: pd.DataFrame) -> hv.Overlay:
 
 def whatif_panel(timeline: Timeline, names: Iterable[str] | None = None,
                  chunk_counts: Iterable[int] | None = None) -> pn.viewable.Viewable:
-    """Table and plot of :func:`gnnpipe.whatif.what_if`, and the run's last epoch drawn above
+    """Table and plot of :func:`gnnpipe.analysis.whatif.what_if`, and the run's last epoch drawn above
     the epoch its own costs predict; a message for timelines without per-chunk ops."""
     try:
         kwargs = {"names": list(names)} if names is not None else {}

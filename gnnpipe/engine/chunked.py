@@ -9,70 +9,21 @@ on each rank and adds communication, so both compute exactly the same thing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
+from gnnpipe.core.techniques import Techniques
 from gnnpipe.engine.graph import Adjacency, ChunkRows, chunk_rows
 from gnnpipe.engine.message_passing import MessageGraphs, chunk_message_passing
 from gnnpipe.engine.single import LAYER_RNG_KEY, chunk_loss, keyed_dropout, mask_seed
-from gnnpipe.models import LayerStack
+from gnnpipe.nn import LayerStack
 
-
-@dataclass(frozen=True)
-class Techniques:
-    """GNNPipe's convergence techniques (DESIGN.md §4); all on by default.
-
-    Attributes:
-        random_order: a fresh seeded chunk order every epoch (the same on every stage).
-        snapshot: reset ``Hbuf`` from a snapshot at each epoch start; refresh the snapshot at the
-            end of epoch ``e`` when ``e % snapshot_period == 0``.
-        snapshot_period: epochs between snapshots.
-        unbiased_grad: zero ``dZbuf`` each epoch and double a chunk's rows after its backward.
-    """
-
-    random_order: bool = True
-    snapshot: bool = True
-    snapshot_period: int = 23
-    unbiased_grad: bool = True
-
-    @property
-    def grad_in_h(self) -> bool:
-        """Whether ``dZbuf`` can live in ``Hbuf``'s memory: with the snapshot, ``Hbuf`` is reset
-        at every epoch start, so after the epoch's last forward only the snapshot due then reads
-        it; with unbiased gradients ``dZbuf`` starts each backward phase from zeros. Two
-        full-graph buffers per layer instead of three, the same arithmetic."""
-        return self.snapshot and self.unbiased_grad
-
-    @classmethod
-    def coerce(cls, value: Techniques | dict | bool | None) -> Techniques:
-        """Accept a Techniques, a dict of fields, ``True``/``None`` (all on) or ``False`` (all off)."""
-        if value is None or value is True:
-            return cls()
-        if value is False:
-            return cls(random_order=False, snapshot=False, unbiased_grad=False)
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, dict):
-            unknown = set(value) - set(cls.__dataclass_fields__)
-            if unknown:
-                raise ValueError(f"techniques: unknown switches {sorted(unknown)}; expected some of "
-                                 f"{sorted(cls.__dataclass_fields__)}")
-            return cls(**value)
-        raise TypeError(f"techniques: expected Techniques, dict or bool, got {type(value).__name__}")
-
-    def __post_init__(self) -> None:
-        for name in ("random_order", "snapshot", "unbiased_grad"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"techniques.{name}: expected True or False, "
-                                f"got {getattr(self, name)!r}")
-        if isinstance(self.snapshot_period, bool) or not isinstance(self.snapshot_period, int) \
-                or self.snapshot_period < 1:
-            raise ValueError(f"techniques.snapshot_period: expected an integer >= 1, "
-                             f"got {self.snapshot_period!r}")
+logger = logging.getLogger(__name__)
 
 
 _ORDER_KEY = 1 << 30  # a (chunk, key) pair no dropout mask uses
@@ -143,7 +94,7 @@ def _rows_reaching_outside(part: Tensor, lo: int, hi: int) -> Tensor:
 def boundary_rows(adj: Adjacency, bounds: list[int]) -> tuple[list[Tensor], list[Tensor]]:
     """Per chunk, the rows other chunks read: forward ``Hbuf`` rows (``Â[r, i] != 0`` for some
     ``r`` outside, i.e. ``Âᵀ`` rows reaching outside) and backward ``dZbuf`` rows (``Â`` rows).
-    The hybrid's ways exchange exactly these (and :mod:`gnnpipe.volume` counts them)."""
+    The hybrid's ways exchange exactly these (and :mod:`gnnpipe.analysis.volume` counts them)."""
     forward, backward = [], []
     for c in range(len(bounds) - 1):
         lo, hi = bounds[c], bounds[c + 1]
@@ -342,6 +293,39 @@ class StageExecutor:
 
     def end_epoch(self) -> None:
         self._take_due_snapshot()
+
+    def buffer_state(self) -> dict[str, dict[str, Tensor]]:
+        """The stage's historical buffers by block key (``H``; ``dZ`` and ``snap`` if
+        allocated), on the CPU: this executor's part of a checkpoint shard."""
+        return {str(key): {k: v.cpu().clone() for k, v in buf.tensors().items()}
+                for key, buf in self.buffers.items()}
+
+    def load_buffer_state(self, shards: list[dict[str, Any]], layout: dict[str, Any]) -> None:
+        """Take the historical buffers of the stage's blocks from a checkpoint's ``shards`` where
+        they carry over exactly: the same node order and chunking, and either one pipeline per
+        stage (``local``, ``pipeline``) or the same ranks (``hybrid`` resumed as itself). Buffers
+        that do not carry over start from zeros like epoch 0 (a logged warning)."""
+        for s in shards:
+            old = s["layout"]
+            if old.get("node_order") != layout["node_order"]:
+                continue
+            same_ranks = all(old.get(k) == layout[k] for k in ("mode", "ranges", "ways", "rank"))
+            if old.get("ways", 1) != 1 and not same_ranks:
+                continue
+            for key, tensors in s["buffers"].items():
+                k = int(key)
+                if self.start <= k < self.stop and ("snap" in tensors) == self.techniques.snapshot:
+                    on = {name: t.to(self.device).clone() for name, t in tensors.items()}
+                    shared = self.techniques.grad_in_h  # dZbuf restarts from zeros in Hbuf
+                    self.buffers[k] = LayerBuffers(on["H"], on.get("snap"),
+                                                   None if shared else on.get("dZ"), shared)
+        blocks = self.model.blocks
+        fresh = [k for k in range(self.start, self.stop)
+                 if blocks[k].aggregates and k not in self.buffers]
+        if fresh:
+            logger.warning("resume: the historical buffers of blocks %s start from zeros like "
+                           "epoch 0 (the checkpoint's node order, chunking or stage layout "
+                           "differs)", fresh)
 
     def _take_due_snapshot(self) -> bool:
         """Copy ``Hbuf`` into the snapshot if one is due at this epoch's end and not yet taken;

@@ -11,11 +11,13 @@ import torch
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
-from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
+from gnnpipe.core.techniques import Techniques
+from gnnpipe.core.timeline import OpEvent
+from gnnpipe.engine import state as engine_state
+from gnnpipe.engine.chunked import StageExecutor, chunk_order
 from gnnpipe.engine.graph import Adjacency
 from gnnpipe.engine.single import evaluate
-from gnnpipe.events import OpEvent
-from gnnpipe.models import LayerStack
+from gnnpipe.nn import LayerStack
 
 
 def stage_ranges(num_blocks: int, stages: int) -> list[tuple[int, int]]:
@@ -101,14 +103,14 @@ class LocalEngine:
         return evaluate(self.model, self.data, self.adj)
 
     def checkpoint_state(self) -> dict[str, Any]:
-        buffers = {k: v for ex in self.stages for k, v in ckpt.buffer_shard(ex).items()}
-        return ckpt.shard(self.layout, ckpt.model_shard(self.model, 0, len(self.model)),
-                          ckpt.optimizer_shard(self.optimizer, self.model), buffers)
+        buffers = {k: v for ex in self.stages for k, v in ex.buffer_state().items()}
+        return ckpt.shard(self.layout, engine_state.model_shard(self.model, 0, len(self.model)),
+                          engine_state.optimizer_shard(self.optimizer, self.model), buffers)
 
     def restore(self, shards: list[dict[str, Any]]) -> None:
         """Continue from a checkpoint: model and Adam state from any layout, the historical
         buffers where they carry over (:func:`gnnpipe.checkpoint.restore_buffers`)."""
-        ckpt.restore_model(self.model, shards)
-        ckpt.restore_optimizer(self.optimizer, self.model, shards)
+        engine_state.restore_model(self.model, shards)
+        engine_state.restore_optimizer(self.optimizer, self.model, shards)
         for ex in self.stages:
-            ckpt.restore_buffers(ex, shards, self.layout)
+            ex.load_buffer_state(shards, self.layout)

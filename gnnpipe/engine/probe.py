@@ -2,7 +2,7 @@
 
 Each ``ctx.aggregate`` or ``ctx.message_passing`` call is an :class:`AggregationCall`: the width
 of the rows it reads from other chunks or partitions, and whether they need a gradient back. The
-communication formulas (:mod:`gnnpipe.volume`) count these, so a user's block that aggregates
+communication formulas (:mod:`gnnpipe.analysis.volume`) count these, so a user's block that aggregates
 something narrower or wider than its output is counted as it runs.
 """
 

@@ -10,9 +10,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
 
+from gnnpipe import checkpoint as ckpt
+from gnnpipe.engine import state as engine_state
 from gnnpipe.engine.graph import Adjacency, SpMM
 from gnnpipe.engine.message_passing import full_message_passing
-from gnnpipe.models import LayerStack
+from gnnpipe.nn import LayerStack
 
 
 def mask_seed(seed: int, epoch: int, chunk: int, key: int) -> int:
@@ -94,17 +96,13 @@ class SingleProgram:
         return evaluate(self.model, self.data, self.adj)
 
     def checkpoint_state(self) -> dict[str, Any]:
-        from gnnpipe import checkpoint as ckpt
-
-        return ckpt.shard(self.layout, ckpt.model_shard(self.model, 0, len(self.model)),
-                          ckpt.optimizer_shard(self.optimizer, self.model))
+        return ckpt.shard(self.layout, engine_state.model_shard(self.model, 0, len(self.model)),
+                          engine_state.optimizer_shard(self.optimizer, self.model))
 
     def restore(self, shards: list[dict[str, Any]]) -> None:
         """Continue from a checkpoint's model and Adam state (of any mode's layout)."""
-        from gnnpipe import checkpoint as ckpt
-
-        ckpt.restore_model(self.model, shards)
-        ckpt.restore_optimizer(self.optimizer, self.model, shards)
+        engine_state.restore_model(self.model, shards)
+        engine_state.restore_optimizer(self.optimizer, self.model, shards)
 
 
 def train_epoch(model: LayerStack, data: Data, adj: Adjacency, optimizer: torch.optim.Optimizer,

@@ -6,10 +6,10 @@ simulates GNNPipe's schedule for candidate chunk counts and returns a :class:`Pl
 (:mod:`.planner`).
 """
 
+from gnnpipe.core.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
 from gnnpipe.plan.planner import MAX_CHUNKS, Plan, chunk_candidates, plan, predict
 from gnnpipe.plan.profile import BlockCost, Profile, profile_model
 from gnnpipe.plan.stages import split_stages
-from gnnpipe.plan.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
 
 __all__ = [
     "DEFAULT_BANDWIDTH", "MAX_CHUNKS", "BlockCost", "Plan", "Profile", "chunk_candidates",

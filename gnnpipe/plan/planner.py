@@ -13,14 +13,14 @@ from typing import Any
 import pandas as pd
 from torch_geometric.data import Data
 
-from gnnpipe import validate as check
-from gnnpipe.events import Timeline
-from gnnpipe.models import LayerStack
+from gnnpipe.core import checks as check
+from gnnpipe.core.timeline import Timeline
+from gnnpipe.core.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
+from gnnpipe.nn import LayerStack
 from gnnpipe.plan.profile import BlockCost, Profile, check_inputs, profile_on_workers
 from gnnpipe.plan.stages import Fits, split_stages
-from gnnpipe.plan.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
 from gnnpipe.schedule import gnnpipe as gnnpipe_schedule
-from gnnpipe.simulate import simulate
+from gnnpipe.schedule.simulator import simulate
 
 #: Seconds each point-to-point message costs besides its bytes (gloo latency, Python).
 DEFAULT_LATENCY = 1e-4

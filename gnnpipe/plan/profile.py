@@ -26,12 +26,13 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
+from gnnpipe.core.techniques import Techniques
+from gnnpipe.datasets.fit import model_graph
+from gnnpipe.engine.chunked import StageExecutor, chunk_order
 from gnnpipe.engine.driver import drive
 from gnnpipe.engine.graph import chunk_rows, normalized_adjacency
-from gnnpipe.models import LayerStack
+from gnnpipe.nn import LayerStack, check_stack
 from gnnpipe.partition import chunk as make_chunks
-from gnnpipe.validate import model_graph
 
 BYTES_PER_VALUE = 4  # fp32
 #: Unmeasured epochs before the timed ones on Dask workers: a worker's first two chunked epochs
@@ -295,8 +296,8 @@ def _per_row_and_chunk(t_low: float, t_high: float, low: int, high: int,
 
 def check_inputs(model: LayerStack, data: Data) -> Data:
     """The graph ready (a Dataset's graph, masks from a stored ``split_idx``) and fitting the
-    model, with float32 features: :func:`gnnpipe.validate.model_graph`."""
-    return model_graph(model, data)
+    model, with float32 features: :func:`gnnpipe.datasets.fit.model_graph`."""
+    return model_graph(check_stack(model), data)
 
 
 def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data,

@@ -6,7 +6,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 
-from gnnpipe.plan.units import format_bytes
+from gnnpipe.core.units import format_bytes
 
 Fits = Callable[[int, int], bool]
 

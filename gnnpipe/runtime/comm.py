@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnnpipe.events import OpEvent
+from gnnpipe.core.timeline import OpEvent
 
 #: Byte kinds that count towards the per-epoch training volume (DESIGN.md §4 formulas).
 TRAINING_KINDS = ("activation", "gradient", "halo", "halo_grad", "boundary", "boundary_grad")

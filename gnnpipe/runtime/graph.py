@@ -11,12 +11,13 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
+from gnnpipe.engine import state as engine_state
 from gnnpipe.engine.graph import Adjacency, coo_to_csr, normalized_adjacency
 from gnnpipe.engine.message_passing import MessageGraphs, halo_message_passing, return_halo_grads
 from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed
-from gnnpipe.models import LayerStack
+from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm
-from gnnpipe.runtime.rank import JobSpec
+from gnnpipe.runtime.spec import JobSpec
 
 
 @dataclass
@@ -120,12 +121,12 @@ class GraphRank:
         full = normalized_adjacency(data.edge_index.cpu(), data.num_nodes, model.norm)
         self.plan = halo_plan(full, spec.bounds, comm.rank).to(comm.device)
         self.optimizer = torch.optim.Adam(
-            model.param_groups(spec.weight_decay, spec.gnn_weight_decay), lr=spec.lr)
+            model.param_groups(spec.job.weight_decay, spec.job.gnn_weight_decay), lr=spec.job.lr)
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self.num_train = int(data.train_mask.sum())
         plan = self.plan
         self.x, self.y, self.train = (t[plan.lo:plan.hi] for t in (data.x, data.y, data.train_mask))
-        self.layout = ckpt.layout(spec.mode, spec.ranges, spec.node_order, rank=comm.rank)
+        self.layout = ckpt.layout(spec.job.mode, spec.job.ranges, spec.node_order, rank=comm.rank)
 
     def begin_epoch(self, epoch: int) -> None:
         self.comm.epoch = epoch
@@ -134,7 +135,7 @@ class GraphRank:
     def run_chunks(self, epoch: int) -> float:
         comm = self.comm
         start = comm.now()
-        logits = self.model(self.x, GraphContext(self.plan, comm, self.spec.seed, epoch, training=True))
+        logits = self.model(self.x, GraphContext(self.plan, comm, self.spec.job.seed, epoch, training=True))
         loss = chunk_loss(logits, self.y, self.train, self.num_train)
         comm.record("forward", start)
         start = comm.now()
@@ -162,12 +163,12 @@ class GraphRank:
         historical buffers."""
         if self.comm.rank != 0:
             return ckpt.shard(self.layout)
-        return ckpt.shard(self.layout, ckpt.model_shard(self.model, 0, len(self.model)),
-                          ckpt.optimizer_shard(self.optimizer, self.model))
+        return ckpt.shard(self.layout, engine_state.model_shard(self.model, 0, len(self.model)),
+                          engine_state.optimizer_shard(self.optimizer, self.model))
 
     def restore(self, shards: list[dict[str, Any]]) -> None:
-        ckpt.restore_model(self.model, shards)
-        ckpt.restore_optimizer(self.optimizer, self.model, shards)
+        engine_state.restore_model(self.model, shards)
+        engine_state.restore_optimizer(self.optimizer, self.model, shards)
 
     def state(self) -> dict[str, Tensor]:
         return dict(self.model.state_dict())
@@ -182,7 +183,7 @@ def _evaluate(spec: JobSpec, model: LayerStack, data: Data, plan: HaloPlan,
     """Exact full-graph inference, partitioned; counts summed over ranks."""
     model.eval()
     with torch.no_grad():
-        ctx = GraphContext(plan, comm, spec.seed, comm.epoch, training=False)
+        ctx = GraphContext(plan, comm, spec.job.seed, comm.epoch, training=False)
         logits = model(data.x[plan.lo:plan.hi], ctx)
     model.train()
     y = data.y[plan.lo:plan.hi]

@@ -1,39 +1,45 @@
-"""`DistributedRun`: the handle of a run on Dask workers. It holds the run's result (a `Run`,
-growing live from the ranks' per-epoch events) and restarts every rank from the newest checkpoint
-after a failure, as often as ``restarts`` allows."""
+"""`DistributedRun`: the handle of a run on Dask workers. Its history and timeline grow live from
+the ranks' per-epoch events; it restarts every rank from the newest checkpoint after a failure,
+as often as ``restarts`` allows."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from distributed import Event
 
 from gnnpipe import checkpoint as ckpt
-from gnnpipe.events import Timeline
-from gnnpipe.run import Run, best_epoch, events_frame, history_from
+from gnnpipe.analysis import efficiency as eff
+from gnnpipe.core.timeline import Timeline
+from gnnpipe.run import RunResults, events_frame, history_from
 from gnnpipe.runtime.cluster import Cluster
 from gnnpipe.runtime.launch import RankFailure, launch
-from gnnpipe.runtime.rank import JobSpec, RankResult
+from gnnpipe.runtime.spec import JobSpec, RankResult
 
 logger = logging.getLogger(__name__)
 
 
-class DistributedRun:
+class DistributedRun(RunResults):
     """A run on Dask workers; with ``background=True`` it returns before training ends.
 
     ``history`` grows live from the ranks' per-epoch events; ``wait()`` blocks until the end and
     raises :class:`~gnnpipe.runtime.launch.RankFailure` if a rank failed (after ``restarts``
-    restarts); ``stop()`` makes all ranks stop together at the next epoch boundary. Once done,
-    ``result`` is the complete :class:`~gnnpipe.run.Run`.
+    restarts); ``stop()`` makes all ranks stop together at the next epoch boundary. Its
+    summaries (:class:`~gnnpipe.run.RunResults`) are those of the epochs so far while it trains.
     """
 
-    def __init__(self, result: Run, spec: JobSpec, cluster: Cluster, owned: bool, model: Any,
-                 recovery: ckpt.Recovery) -> None:
-        self.result, self.spec, self.cluster, self._owned = result, spec, cluster, owned
+    def __init__(self, spec: JobSpec, cluster: Cluster, owned: bool, model: Any,
+                 recovery: ckpt.Recovery, partitioning: Any, data: Any) -> None:
+        self.spec, self.cluster, self._owned = spec, cluster, owned
+        self.config, self.launch = spec.job, spec.launch
+        self.partitioning, self.data = partitioning, data
+        self.timeline = Timeline()  # the whole run's, once it is done (live_timeline() before)
+        self.comm = pd.DataFrame(columns=["src", "dst", "kind", "bytes"])
+        self.error: str | None = None
+        self._history: pd.DataFrame | None = None  # the final history, once done
         self._model, self._recovery = model, recovery
         self._live: list[dict[str, Any]] = []  # this attempt's records
         self._live_ops: list[dict[str, Any]] = []
@@ -46,35 +52,15 @@ class DistributedRun:
         self._finished = threading.Event()
         self.peak_rss: dict[int, int] = {}
         self.workers: list[str] = []  # rank r ran on workers[r] (set when the run ends)
-        self._stop = Event(spec.stop_event, client=cluster.client) if spec.stop_event else None
+        self._stop = Event(spec.stop_event, client=cluster.client)
         cluster.client.subscribe_topic(spec.topic, self._on_event)
         self._thread = threading.Thread(target=self._main, name=f"gnnpipe-{spec.topic}", daemon=True)
 
     # ------------------------------------------------------------------ the result, live
     @property
-    def config(self) -> dict[str, Any]:
-        return self.result.config
-
-    @property
-    def data(self) -> Any:
-        return self.result.data
-
-    @property
-    def partitioning(self) -> Any:
-        return self.result.partitioning
-
-    @property
-    def timeline(self) -> Timeline:
-        return self.result.timeline
-
-    @property
-    def comm(self) -> pd.DataFrame:
-        return self.result.comm
-
-    @property
     def history(self) -> pd.DataFrame:
-        if self._complete:
-            return self.result.history
+        if self._history is not None:
+            return self._history
         with self._lock:
             return history_from(self._prior + self._live, self._recovery.restarts > 0)
 
@@ -85,50 +71,21 @@ class DistributedRun:
             return events_frame(list(self._event_rows))
 
     @property
-    def best(self) -> dict[str, float]:
-        return best_epoch(self.history)
-
-    @property
     def done(self) -> bool:
         return self._finished.is_set()
-
-    @property
-    def _complete(self) -> bool:
-        return self.done and self._error is None
 
     def live_timeline(self) -> Timeline:
         """The measured timeline so far (the full one once the run is done); after a restart,
         the timeline of the attempt since."""
-        if self._complete:
-            return self.result.timeline
+        if self.done and self._error is None:
+            return self.timeline
         with self._lock:
             return Timeline.from_events(list(self._live_ops))
 
-    def _now(self) -> Run:
-        """The result, or while training (or after a failure) a snapshot of it so far."""
-        if self._complete:
-            return self.result
-        r = self.result
-        return Run(config=r.config, history=self.history, timeline=self.live_timeline(),
-                   comm=r.comm, partitioning=r.partitioning, data=r.data, events=self.events)
-
-    def summary(self) -> pd.DataFrame:
-        return self._now().summary()
-
-    def efficiency(self, reference: float | None = None) -> pd.DataFrame:
-        return self._now().efficiency(reference)
-
-    def rank_shares(self) -> pd.DataFrame:
-        return self._now().rank_shares()
-
-    def save(self, folder: str | Path) -> Path:
-        return self._now().save(folder)
-
-    def to_chrome_trace(self, path: str | Path) -> Path:
-        return self._now().to_chrome_trace(path)
-
     def __repr__(self) -> str:
-        return repr(self._now()) if self.done else f"DistributedRun({self.config.get('mode')!r}, training)"
+        if self.done:
+            return super().__repr__()
+        return f"DistributedRun({self.config.mode.value!r}, training)"
 
     # ------------------------------------------------------------------ control
     def wait(self, timeout: float | None = None) -> DistributedRun:
@@ -140,8 +97,7 @@ class DistributedRun:
 
     def stop(self) -> None:
         """Ask every rank to stop at the end of the current epoch."""
-        if self._stop is not None:
-            self._stop.set()
+        self._stop.set()
 
     def subscribe(self, callback: Any) -> None:
         """Call ``callback(record, ops)`` for every epoch a rank reports from now on (on the
@@ -192,7 +148,7 @@ class DistributedRun:
                 return launch(self.spec, self.cluster, number,
                               manifest.folder if manifest is not None else None)
             except RankFailure as failure:
-                stopped = self._stop is not None and self._stop.is_set()
+                stopped = self._stop.is_set()
                 if number >= self._recovery.restarts or stopped:
                     raise
                 root = self._recovery.root
@@ -222,12 +178,13 @@ class DistributedRun:
             self.peak_rss[result.rank] = result.peak_rss
         self.workers = [r.worker for r in sorted(results, key=lambda r: r.rank)]
         self._model.load_state_dict(state)
-        run = self.result
         records = self._prior + [r for res in results for r in res.records]
-        run.history = history_from(records, self._recovery.restarts > 0)
-        run.timeline = Timeline.from_events([e for res in results for e in res.events])
-        run.events = self.events
-        efficiency = run.efficiency().set_index("epoch")["efficiency"]
-        run.history["efficiency"] = run.history["epoch"].map(efficiency)
-        run.comm = pd.DataFrame([row for res in results for row in res.comm],
-                                columns=["src", "dst", "kind", "bytes"])
+        history = history_from(records, self._recovery.restarts > 0)
+        self.timeline = Timeline.from_events([e for res in results for e in res.events])
+        layout = eff.Layout.of(self.config)
+        if layout is not None:  # a distributed config always has one
+            efficiency = eff.efficiency(self.timeline, layout).set_index("epoch")["efficiency"]
+            history["efficiency"] = history["epoch"].map(efficiency)
+        self.comm = pd.DataFrame([row for res in results for row in res.comm],
+                                 columns=["src", "dst", "kind", "bytes"])
+        self._history = history

@@ -15,10 +15,10 @@ from torch_geometric.data import Data
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.engine.chunked import LayerBuffers, boundary_rows
 from gnnpipe.engine.graph import Adjacency
-from gnnpipe.models import LayerStack
+from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.pipeline import PipelineStage
-from gnnpipe.runtime.rank import JobSpec
+from gnnpipe.runtime.spec import JobSpec
 
 
 class WaySync:
@@ -26,7 +26,7 @@ class WaySync:
 
     def __init__(self, comm: Comm, spec: JobSpec, adj: Adjacency) -> None:
         self.comm, self.spec = comm, spec
-        self.peers = {w: w * spec.stages + comm.stage for w in range(spec.ways) if w != comm.way}
+        self.peers = {w: w * spec.job.stages + comm.stage for w in range(spec.job.ways) if w != comm.way}
         self.forward_rows, self.backward_rows = boundary_rows(adj, spec.bounds)
         self.step_chunks: list[int] = []
 
@@ -64,8 +64,8 @@ class HybridStage(PipelineStage):
     the same stage of the other ways, weight gradients all-reduced across them."""
 
     def __init__(self, spec: JobSpec, comm: Comm, model: LayerStack, data: Data) -> None:
-        groups = [dist.new_group([w * spec.stages + s for w in range(spec.ways)])
-                  for s in range(spec.stages)]  # every rank creates every group, in order
+        groups = [dist.new_group([w * spec.job.stages + s for w in range(spec.job.ways)])
+                  for s in range(spec.job.stages)]  # every rank creates every group, in order
         super().__init__(spec, comm, model, data)
         self.group = groups[comm.stage]
         self.sync = WaySync(comm, spec, self.adj.to("cpu"))  # row ids on the CPU index any device
@@ -78,7 +78,7 @@ class HybridStage(PipelineStage):
         self.executor.begin_epoch(epoch)
 
     def run_chunks(self, epoch: int) -> float | None:
-        order, ways = self.order(epoch), self.spec.ways
+        order, ways = self.order(epoch), self.spec.job.ways
         steps = [order[k * ways:(k + 1) * ways] for k in range(len(order) // ways)]
 
         def at_step(position: int) -> None:
@@ -105,7 +105,7 @@ class HybridStage(PipelineStage):
         historical buffers (ways fill different rows of them)."""
         if self.comm.way == 0:
             return super().checkpoint_state()
-        return ckpt.shard(self.layout, buffers=ckpt.buffer_shard(self.executor))
+        return ckpt.shard(self.layout, buffers=self.executor.buffer_state())
 
     def state(self) -> dict[str, Tensor]:
         return super().state() if self.comm.way == 0 else {}

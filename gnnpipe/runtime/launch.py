@@ -13,7 +13,8 @@ from distributed import Future, wait
 from gnnpipe.run import history_from  # noqa: F401 - where the dashboard merges live records
 from gnnpipe.runtime.cluster import Cluster, free_port, local_ranks
 from gnnpipe.runtime.placement import claim, claim_lock, probe, rank_key, rank_prefix
-from gnnpipe.runtime.rank import Attempt, JobSpec, RankResult, run_rank
+from gnnpipe.runtime.rank import run_rank
+from gnnpipe.runtime.spec import Attempt, JobSpec, RankResult
 
 logger = logging.getLogger(__name__)
 
@@ -72,12 +73,12 @@ def launch(spec: JobSpec, cluster: Cluster, number: int = 0,
     resuming from the checkpoint folder ``resume`` if given); raise :class:`RankFailure` naming
     the first rank that failed (a dead worker first, then a rank's own error or a hung rank,
     over its peers' fallout)."""
-    n = len(cluster.ready(spec.world, spec.timeout))  # a local cluster's view may lag a restart
+    n = len(cluster.ready(spec.world, spec.job.timeout))  # a local cluster's view may lag a restart
     if n < spec.world:
         raise ValueError(f"cluster: the run needs {spec.world} workers, the cluster has {n}")
     topic = f"{spec.topic}-{number}" if number else spec.topic  # fresh task keys per attempt
     workers, futures = claim(
-        cluster.client, spec.world, spec.timeout,
+        cluster.client, spec.world, spec.job.timeout,
         lambda chosen: _submit(spec, cluster, chosen, topic, number, resume))
     prefix = rank_prefix(topic)
     failures = _watch(cluster, workers, futures, prefix)

@@ -10,13 +10,14 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
+from gnnpipe.engine import state as engine_state
 from gnnpipe.engine.chunked import StageExecutor, chunk_order
 from gnnpipe.engine.driver import owned
 from gnnpipe.engine.graph import Adjacency, normalized_adjacency
 from gnnpipe.engine.single import FullGraphContext, metrics
-from gnnpipe.models import LayerStack
+from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm, PendingRecv
-from gnnpipe.runtime.rank import JobSpec
+from gnnpipe.runtime.spec import JobSpec
 
 
 class _NoParameters:
@@ -46,8 +47,8 @@ class PipelineStage:
 
     def __init__(self, spec: JobSpec, comm: Comm, model: LayerStack, data: Data) -> None:
         self.spec, self.comm, self.model, self.data = spec, comm, model, data
-        s, last = comm.stage, spec.stages - 1
-        self.start, self.stop = spec.ranges[s]
+        s, last = comm.stage, spec.job.stages - 1
+        self.start, self.stop = spec.job.ranges[s]
         self.is_first, self.is_last = s == 0, s == last
         self.prev = None if self.is_first else comm.rank - 1
         self.next = None if self.is_last else comm.rank + 1
@@ -55,15 +56,15 @@ class PipelineStage:
         self.out_widths = [] if self.is_last else model.boundary_widths(self.stop)
         self.adj: Adjacency = normalized_adjacency(data.edge_index, data.num_nodes, model.norm)
         self.executor = StageExecutor(model, self.start, self.stop, self.adj, spec.bounds,
-                                      spec.techniques, spec.seed, spec.recompute)
+                                      spec.job.techniques, spec.job.seed, spec.job.recompute)
         self.executor.upkeep_between_phases = not self.is_last  # it idles there, waiting
-        groups = model.param_groups(spec.weight_decay, spec.gnn_weight_decay, self.start,
+        groups = model.param_groups(spec.job.weight_decay, spec.job.gnn_weight_decay, self.start,
                                     self.stop)
         self.optimizer: torch.optim.Optimizer | _NoParameters = (
-            torch.optim.Adam(groups, lr=spec.lr) if groups else _NoParameters())
+            torch.optim.Adam(groups, lr=spec.job.lr) if groups else _NoParameters())
         self.num_train = int(data.train_mask.sum())
-        self.layout = ckpt.layout(spec.mode, spec.ranges, spec.node_order, comm.stage, comm.way,
-                                  spec.ways, comm.rank)
+        self.layout = ckpt.layout(spec.job.mode, spec.job.ranges, spec.node_order, comm.stage, comm.way,
+                                  spec.job.ways, comm.rank)
 
     def rows(self, chunk: int) -> tuple[int, int]:
         return self.spec.bounds[chunk], self.spec.bounds[chunk + 1]
@@ -151,8 +152,8 @@ class PipelineStage:
         self.executor.begin_epoch(epoch)
 
     def order(self, epoch: int) -> list[int]:
-        return chunk_order(len(self.spec.bounds) - 1, self.spec.seed, epoch,
-                           self.spec.techniques.random_order)
+        return chunk_order(len(self.spec.bounds) - 1, self.spec.job.seed, epoch,
+                           self.spec.job.techniques.random_order)
 
     def run_chunks(self, epoch: int) -> float | None:
         order = self.order(epoch)
@@ -169,16 +170,16 @@ class PipelineStage:
         self.executor.end_epoch()
 
     def checkpoint_state(self) -> dict[str, Any]:
-        return ckpt.shard(self.layout, ckpt.model_shard(self.model, self.start, self.stop),
-                          ckpt.optimizer_shard(self.optimizer, self.model),
-                          ckpt.buffer_shard(self.executor))
+        return ckpt.shard(self.layout, engine_state.model_shard(self.model, self.start, self.stop),
+                          engine_state.optimizer_shard(self.optimizer, self.model),
+                          self.executor.buffer_state())
 
     def restore(self, shards: list[dict[str, Any]]) -> None:
         """The stage's blocks and Adam state from a checkpoint of any layout; its historical
         buffers where they carry over (:func:`gnnpipe.checkpoint.restore_buffers`)."""
-        ckpt.restore_model(self.model, shards, self.start, self.stop)
-        ckpt.restore_optimizer(self.optimizer, self.model, shards)
-        ckpt.restore_buffers(self.executor, shards, self.layout)
+        engine_state.restore_model(self.model, shards, self.start, self.stop)
+        engine_state.restore_optimizer(self.optimizer, self.model, shards)
+        self.executor.load_buffer_state(shards, self.layout)
 
     def state(self) -> dict[str, Tensor]:
         """The final weights of the stage's blocks."""

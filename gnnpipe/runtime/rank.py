@@ -4,12 +4,11 @@ epochs live, stop together, and return its records, timeline and byte counters."
 from __future__ import annotations
 
 import copy
-import importlib
 import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
@@ -18,83 +17,25 @@ import torch.distributed as dist
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
-from gnnpipe.engine.chunked import Techniques
-from gnnpipe.engine.driver import drive
-from gnnpipe.models import LayerStack
+from gnnpipe.core.kinds import Mode
+from gnnpipe.engine import state as engine_state
+from gnnpipe.engine.driver import EpochProgram, drive
+from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm
+from gnnpipe.runtime.graph import graph_program
+from gnnpipe.runtime.hybrid import hybrid_program
+from gnnpipe.runtime.pipeline import pipeline_program
+from gnnpipe.runtime.spec import Attempt, JobSpec, RankResult
 from gnnpipe.runtime.store import bind_transport, rendezvous, worker_host
 from gnnpipe.runtime.workerenv import release_freed_memory
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """Everything a rank needs, a frozen description of the job; pickled once per rank by Dask.
-    Ranks train a copy of ``model``; what changes from one launch to the next (threads,
-    rendezvous, the checkpoint resumed after a restart) is an :class:`Attempt`.
-
-    ``data`` is already reordered so that chunks (pipeline) or partitions (graph) are contiguous
-    row ranges given by ``bounds``; ``node_order`` digests that order
-    (:func:`gnnpipe.checkpoint.node_order`).
-    """
-
-    mode: str
-    model: LayerStack
-    data: Data
-    bounds: list[int]
-    epochs: int
-    lr: float
-    weight_decay: float
-    gnn_weight_decay: float | None
-    seed: int
-    stages: int
-    ways: int
-    ranges: list[tuple[int, int]]
-    techniques: Techniques
-    recompute: bool
-    timeout: float
-    topic: str
-    stop_event: str | None = None
-    device: str = "cpu"
-    eval_every: int = 1
-    node_order: str = ""
-    checkpoint: str | None = None  # the folder ranks write checkpoints to
-    checkpoint_every: int = 10
-    config: dict[str, Any] | None = None  # the run's config, kept in each manifest
-
-    @property
-    def backend(self) -> str:
-        """``nccl`` between GPUs, ``gloo`` between CPU processes."""
-        return "nccl" if self.device == "cuda" else "gloo"
-
-    @property
-    def world(self) -> int:
-        return self.stages * self.ways if self.mode != "graph" else len(self.bounds) - 1
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One launch of a job: the rendezvous, torch threads per rank, how many restarts came
-    before it, and the checkpoint folder (a complete ``epoch-*`` one) it resumes from."""
-
-    init_method: str
-    threads: int = 1
-    number: int = 0
-    resume: str | None = None
-
-
-@dataclass
-class RankResult:
-    """A rank's whole run: per-epoch records, timeline rows, byte counters, final weights."""
-
-    rank: int
-    records: list[dict[str, Any]]
-    events: list[dict[str, Any]]
-    comm: list[dict[str, Any]]
-    state: dict[str, torch.Tensor]
-    peak_rss: int = 0
-    worker: str = ""  # the worker address it ran on (filled in by the launcher)
+#: The program each distributed mode's ranks run: ``(spec, comm, model, data) -> EpochProgram``.
+PROGRAMS: dict[Mode, Callable[..., EpochProgram]] = {
+    Mode.PIPELINE: pipeline_program, Mode.GRAPH: graph_program, Mode.HYBRID: hybrid_program,
+}
 
 
 class EpochReporter:
@@ -106,7 +47,7 @@ class EpochReporter:
         self.records: list[dict[str, Any]] = []
         self._published = 0  # timeline rows already sent live
         self._event = None
-        if spec.stop_event and comm.rank == 0:
+        if comm.rank == 0:
             from distributed import Event
 
             self._event = Event(spec.stop_event)
@@ -130,8 +71,6 @@ class EpochReporter:
             self._worker.log_event(self.spec.topic,
                                    {**record, "ops": ops, "comm": self.comm.comm_table()})
         self._published = len(self.comm.events)
-        if self.spec.stop_event is None:
-            return False
         stop = bool(self._event.is_set()) if self._event is not None else False
         return self.comm.broadcast_flag(stop)
 
@@ -186,7 +125,7 @@ def _shared_origin() -> float:
 def _rank_device(spec: JobSpec, local_rank: int) -> torch.device:
     """The CPU, or this rank's GPU: ``local_rank`` (its place among the ranks on its host) modulo
     the GPUs the worker sees (one under dask-cuda, which sets ``CUDA_VISIBLE_DEVICES``)."""
-    if spec.device != "cuda":
+    if spec.job.device != "cuda":
         return torch.device("cpu")
     device = torch.device("cuda", local_rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
@@ -205,18 +144,17 @@ def _join_group(spec: JobSpec, rank: int, init_method: str, device: torch.device
     host = worker_host()
     if host is not None:  # outside a Dask worker the backend picks its interface itself
         bind_transport(spec.backend, host)
-    timeout = timedelta(seconds=spec.timeout)
+    timeout = timedelta(seconds=spec.job.timeout)
     store = rendezvous(init_method, rank, spec.world, timeout)
     dist.init_process_group(spec.backend, store=store, rank=rank, world_size=spec.world,
                             timeout=timeout, device_id=device if device.type == "cuda" else None)
 
 
 def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) -> RankResult:
-    """Entry point submitted to one Dask worker per rank: the mode's program
-    (``gnnpipe.runtime.<mode>.<mode>_program``) run by the epoch driver, resumed from and
+    """Entry point submitted to one Dask worker per rank: the mode's program (:data:`PROGRAMS`)
+    run by the epoch driver, resumed from and
     checkpointed to where ``attempt`` and ``spec`` say."""
-    module = importlib.import_module(f"gnnpipe.runtime.{spec.mode}")
-    make_program: Callable[..., Any] = getattr(module, f"{spec.mode}_program")
+    make_program = PROGRAMS[spec.job.mode]
     torch.set_num_threads(attempt.threads)
     _reset_peak_rss()
     device = _rank_device(spec, local_rank)
@@ -224,18 +162,18 @@ def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) ->
     _join_group(spec, rank, attempt.init_method, device)
     try:
         dist.barrier()
-        stage, way = (0, rank) if spec.mode == "graph" else (rank % spec.stages, rank // spec.stages)
+        stage, way = (0, rank) if spec.job.mode is Mode.GRAPH else (rank % spec.job.stages, rank // spec.job.stages)
         comm = Comm(rank, spec.world, stage=stage, way=way, origin=_shared_origin(),
                     device=device)
         program = make_program(spec, comm, model, data)
         reporter = EpochReporter(spec, comm, attempt.number)
         start, inherited = _resume(attempt, program, rank)
         callbacks: list[Callable[[dict[str, Any]], bool]] = [reporter]
-        if spec.checkpoint is not None:
+        if spec.job.checkpoint is not None:
             callbacks.append(ckpt.Checkpointer(
-                spec.checkpoint, spec.checkpoint_every, spec.epochs, program, spec.config or {},
-                ckpt.param_shapes(model), rank, spec.world, inherited=inherited, gather=_gather))
-        drive(program, spec.epochs, spec.eval_every, start, callbacks)
+                spec.job.checkpoint, spec.job.checkpoint_every, spec.job.epochs, program, spec.job,
+                engine_state.param_shapes(model), rank, spec.world, inherited=inherited, gather=_gather))
+        drive(program, spec.job.epochs, spec.job.eval_every, start, callbacks)
         dist.barrier()
         return RankResult(rank, reporter.records, [asdict(e) for e in comm.events],
                           comm.comm_table(), {k: v.cpu() for k, v in program.state().items()},

@@ -1,5 +1,5 @@
-"""Turn ``train``'s arguments into a `JobSpec` (chunking or partitioning on the client, before
-any worker starts) and start a `DistributedRun`."""
+"""Start a distributed job: chunk or partition the graph on the client, before any worker
+starts, and hand a `JobSpec` to a `DistributedRun`."""
 
 from __future__ import annotations
 
@@ -8,63 +8,50 @@ from typing import Any
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
-from gnnpipe.engine.chunked import Techniques
-from gnnpipe.models import LayerStack
-from gnnpipe.partition import chunk, partition
-from gnnpipe.run import Run
+from gnnpipe.analysis.volume import comm_volume
+from gnnpipe.core.job import Launch, TrainConfig
+from gnnpipe.core.kinds import Mode
+from gnnpipe.nn import LayerStack
+from gnnpipe.partition import Partitioning, chunk, partition
 from gnnpipe.runtime.cluster import check_gpus, gpu_ids, resolve
 from gnnpipe.runtime.handle import DistributedRun
 from gnnpipe.runtime.launch import new_topic
-from gnnpipe.runtime.rank import JobSpec
 from gnnpipe.runtime.scripts import check_main_guard
+from gnnpipe.runtime.spec import JobSpec
 from gnnpipe.runtime.workerenv import check_workers
 
+__all__ = ["start_distributed"]
 
-def start_distributed(model: LayerStack, data: Data, config: dict[str, Any], techniques: Techniques,
-                      cluster: Any, timeout: float, recovery: ckpt.Recovery) -> DistributedRun:
+
+def start_distributed(model: LayerStack, data: Data, job: TrainConfig, cluster: Any,
+                      recovery: ckpt.Recovery) -> DistributedRun:
+    """Start ``job`` on ``cluster`` (see ``gp.train``) and return its handle at once."""
     if cluster is None:  # a local cluster will be started: refuse an unguarded script first
         check_main_guard()
-    mode = config["mode"]
-    if mode == "graph":
-        parts = partition(data, config["parts"], method="metis", seed=config["seed"])
-        stages, ways = 1, 1
+    if job.mode is Mode.GRAPH:
+        parts = partition(data, job.parts, method="metis", seed=job.seed)
     else:
-        parts = chunk(data, config["chunks"], seed=config["seed"],
-                      parts_per_chunk=config["parts_per_chunk"])
-        stages, ways = config["stages"], config["ways"]
-    ranges = [(0, len(model))] if mode == "graph" else [tuple(r) for r in config["ranges"]]
-    topic = new_topic()
-    config["run_id"] = topic
-    config["predicted_comm_bytes"] = _predicted(model, data, config, parts)
-    spec = JobSpec(mode=mode, model=model, data=parts.apply(data), bounds=parts.bounds.tolist(),
-                   epochs=config["epochs"], lr=config["lr"], weight_decay=config["weight_decay"],
-                   gnn_weight_decay=config["gnn_weight_decay"], seed=config["seed"], stages=stages,
-                   ways=ways, ranges=ranges, techniques=techniques,
-                   recompute=config["recompute"], timeout=timeout, topic=topic,
-                   stop_event=f"{topic}-stop", eval_every=config["eval_every"],
-                   device=config["device"], node_order=ckpt.node_order(parts),
-                   checkpoint=recovery.root, checkpoint_every=recovery.every, config=config)
-    handle, owned = resolve(cluster, spec.world)
+        parts = chunk(data, job.chunks, seed=job.seed, parts_per_chunk=job.parts_per_chunk)
+    launch = Launch(run_id=new_topic(), predicted_comm_bytes=_predicted(model, data, job, parts))
+    spec = JobSpec(job=job, launch=launch, model=model, data=parts.apply(data),
+                   bounds=parts.bounds.tolist(), node_order=ckpt.node_order(parts))
+    handle, owned = resolve(cluster, job.world)
     try:
-        workers = handle.ready(spec.world)
-        if len(workers) < spec.world:
-            raise ValueError(f"cluster: the run needs {spec.world} workers (one per rank), the "
+        workers = handle.ready(job.world)
+        if len(workers) < job.world:
+            raise ValueError(f"cluster: the run needs {job.world} workers (one per rank), the "
                              f"cluster has {len(workers)}")
         check_workers(handle.client, workers, handle.threads_per_worker)  # ranks may go to any
-        ranks = workers[:spec.world]  # where they go on an idle cluster
-        if spec.device == "cuda":
+        ranks = workers[:job.world]  # where they go on an idle cluster
+        if job.device == "cuda":
             check_gpus(ranks, handle.client.run(gpu_ids, workers=ranks))
     except BaseException:
         if owned:
             handle.close()
         raise
-    result = Run(config=config, partitioning=parts, data=data)
-    return DistributedRun(result, spec, handle, owned, model, recovery).start()
+    return DistributedRun(spec, handle, owned, model, recovery, parts, data).start()
 
 
-def _predicted(model: LayerStack, data: Data, config: dict[str, Any], parts: Any) -> int:
-    from gnnpipe.volume import comm_volume
-
-    return comm_volume(model, data, config["mode"], stages=config["stages"], parts=config["parts"],
-                       ways=config["ways"], partitioning=parts, chunks=config["chunks"],
-                       ranges=config["ranges"])
+def _predicted(model: LayerStack, data: Data, job: TrainConfig, parts: Partitioning) -> int:
+    return comm_volume(model, data, job.mode, stages=job.stages, parts=job.parts, ways=job.ways,
+                       partitioning=parts, chunks=job.chunks, ranges=list(job.ranges))

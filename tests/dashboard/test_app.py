@@ -127,7 +127,7 @@ def test_a_folder_saved_before_parts_per_chunk_rebuilds_the_merge_it_trained_wit
     model = gp.models.gcn(cora.num_features, hidden=8, out_dim=7, layers=2)
     run = gp.train(model, cora, "local", stages=2, chunks=4, epochs=1, parts_per_chunk=4,
                    progress=False)
-    assert run.config["parts_per_chunk"] == 4
+    assert run.config.parts_per_chunk == 4
     folder = run.save(tmp_path / "old")
     config = json.loads((folder / "config.json").read_text())
     del config["parts_per_chunk"]

@@ -12,9 +12,9 @@ from bokeh.models import Title
 from dashboard.compare import Compare
 from dashboard.views.whatif import whatif_panel, whatif_plot
 from gnnpipe import schedule
+from gnnpipe.analysis.whatif import what_if
 from gnnpipe.run import Run
-from gnnpipe.simulate import simulate
-from gnnpipe.whatif import what_if
+from gnnpipe.schedule.simulator import simulate
 
 COSTS = {"forward": 1.0, "backward": 2.0, "step": 0.5}
 

@@ -9,9 +9,9 @@ import pytest
 from dashboard.style import CLASS_COLORS, OP_COLORS, op_legend
 from dashboard.views.ranks import efficiency_plot, rank_figures, shares_plot, shares_table
 from gnnpipe import schedule
-from gnnpipe.efficiency import CLASSES, Layout, efficiency, rank_shares
-from gnnpipe.events import KINDS
-from gnnpipe.simulate import simulate
+from gnnpipe.analysis.efficiency import CLASSES, Layout, efficiency, rank_shares
+from gnnpipe.core.timeline import KINDS
+from gnnpipe.schedule.simulator import simulate
 
 CONFIG = {"mode": "pipeline", "stages": 3, "ways": 1, "chunks": 4}
 
@@ -20,7 +20,7 @@ CONFIG = {"mode": "pipeline", "stages": 3, "ways": 1, "chunks": 4}
 def timeline():
     one = simulate(schedule.gnnpipe(3, 4), {"forward": 1, "backward": 2}).df
     two = one.assign(epoch=1, start=one["start"] + 50, end=one["end"] + 50)
-    from gnnpipe.events import Timeline
+    from gnnpipe.core.timeline import Timeline
 
     return Timeline(pd.concat([one, two], ignore_index=True))
 

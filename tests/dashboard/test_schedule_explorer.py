@@ -11,7 +11,7 @@ from bokeh.models import Title
 from dashboard.views.schedule import BUILDERS, ScheduleExplorer
 from gnnpipe import schedule
 from gnnpipe.run import Run
-from gnnpipe.simulate import simulate
+from gnnpipe.schedule.simulator import simulate
 
 NAMES = ["gnnpipe", "gpipe", "1f1b", "interleaved", "zb-h1"]
 

@@ -18,8 +18,8 @@ from dashboard.views.timeline import (
     timeline_plot,
 )
 from gnnpipe import schedule
-from gnnpipe.events import KINDS, Timeline
-from gnnpipe.simulate import simulate
+from gnnpipe.core.timeline import KINDS, Timeline
+from gnnpipe.schedule.simulator import simulate
 
 
 @pytest.fixture

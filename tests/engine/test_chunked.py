@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import gnnpipe as gp
-from gnnpipe.engine.chunked import StageExecutor, Techniques, chunk_order
+from gnnpipe.core.techniques import Techniques
+from gnnpipe.engine.chunked import StageExecutor, chunk_order
 from gnnpipe.engine.graph import normalized_adjacency
 
 FAMILIES = sorted(gp.models.MODELS)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import gnnpipe as gp
-from gnnpipe.engine.chunked import StageExecutor, Techniques
+from gnnpipe.core.techniques import Techniques
+from gnnpipe.engine.chunked import StageExecutor
 from gnnpipe.engine.graph import ChunkRows, GatherSpace, RowBlock, chunk_rows, normalized_adjacency
 
 

@@ -53,7 +53,7 @@ def test_one_rank_per_gpu_with_nccl_equals_cpu(small_graph, gcnii, mode, kwargs)
         gpu = gp.train(copy.deepcopy(gcnii), small_graph, mode, epochs=EPOCHS, device="cuda",
                        cluster=cluster, progress=False, **kwargs)
     assert _rel(gpu.history["loss"], cpu.history["loss"]) < 1e-4
-    assert gpu.config["device"] == "cuda"
+    assert gpu.config.device == "cuda"
 
 
 def test_two_stage_pipeline_over_nccl(small_graph, gcnii):

@@ -31,7 +31,7 @@ def _model(graph):
 
 
 def _worker_of(cluster, run, rank: int, deadline: float) -> str:
-    key = rank_key(run.config["run_id"], rank)
+    key = rank_key(run.launch.run_id, rank)
     while time.monotonic() < deadline:
         for worker, keys in cluster.client.processing().items():
             if key in keys:

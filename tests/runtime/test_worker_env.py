@@ -11,7 +11,7 @@ from distributed import Client, LocalCluster
 from failing_blocks import check_subnormals
 
 import gnnpipe as gp
-from gnnpipe.efficiency import CLASSES
+from gnnpipe.analysis.efficiency import CLASSES
 from gnnpipe.runtime.workerenv import MALLOC_VAR, check_workers, inspect_worker
 
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from gnnpipe import schedule as schedules
-from gnnpipe.events import Timeline
+from gnnpipe.core.timeline import Timeline
 from gnnpipe.schedule import Op, Schedule
-from gnnpipe.simulate import simulate
+from gnnpipe.schedule.simulator import simulate
 
 #: Schedule builders by name: ``builder(stages, chunks, virtual, step)``.
 SCHEDULES: dict[str, Callable[[int, int, int, bool], Schedule]] = {

@@ -7,7 +7,6 @@ import functools
 import logging
 import os
 import time
-from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -15,26 +14,28 @@ from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from gnnpipe import checkpoint as ckpt
-from gnnpipe import validate
+from gnnpipe.api import door
+from gnnpipe.core.job import PARTS_PER_CHUNK, TrainConfig
+from gnnpipe.core.kinds import Mode
+from gnnpipe.core.techniques import Techniques
+from gnnpipe.core.timeline import Timeline
 from gnnpipe.engine import single
-from gnnpipe.engine.chunked import Techniques
-from gnnpipe.engine.driver import drive
+from gnnpipe.engine.driver import EpochProgram, drive
 from gnnpipe.engine.graph import normalized_adjacency
-from gnnpipe.engine.local import LocalEngine, stage_ranges
-from gnnpipe.events import Timeline
-from gnnpipe.models import LayerStack
-from gnnpipe.partition import PARTS_PER_CHUNK
+from gnnpipe.engine.local import LocalEngine
+from gnnpipe.engine.state import param_shapes
+from gnnpipe.nn import LayerStack
 from gnnpipe.partition import chunk as make_chunks
-from gnnpipe.pyg import default_techniques, for_training
-from gnnpipe.run import Run, events_frame, history_from
+from gnnpipe.pyg import for_training
+from gnnpipe.run import Run, RunHandle, events_frame, history_from
+from gnnpipe.runtime.start import start_distributed
+
+__all__ = ["follow", "train"]
 
 logger = logging.getLogger(__name__)
 
-MODES = validate.MODES  # the CLI's mode choices
-DISTRIBUTED = validate.DISTRIBUTED
 
-
-def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 200,
+def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs: int = 200,
           lr: float = 0.01, weight_decay: float = 5e-4, gnn_weight_decay: float | None = None,
           seed: int = 0, stages: int = 1, chunks: int | None = None,
           parts_per_chunk: int = PARTS_PER_CHUNK,
@@ -44,8 +45,10 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
           eval_every: int = 1, device: str = "cpu", progress: bool = True,
           split: Any = None, checkpoint: str | os.PathLike | None = None,
           checkpoint_every: int = 10, resume: str | os.PathLike | None = None,
-          restarts: int = 0) -> Run:
-    """Train ``model`` in place on ``data`` and return a :class:`~gnnpipe.run.Run`.
+          restarts: int = 0) -> RunHandle:
+    """Train ``model`` in place on ``data`` and return its run: a :class:`~gnnpipe.run.Run`, or a
+    :class:`~gnnpipe.runtime.handle.DistributedRun` in distributed modes (both a
+    :class:`~gnnpipe.run.RunHandle`).
 
     Args:
         model: a :class:`~gnnpipe.models.LayerStack` (``gp.models.gcnii(...)`` and friends), or
@@ -67,7 +70,7 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
         parts_per_chunk: METIS parts merged at random into each chunk (:func:`gnnpipe.chunk`);
             1 (default): METIS's own parts, the fewest edges between chunks; 4: the GNNPipe
             paper's merge.
-        techniques: GNNPipe's convergence switches (:class:`~gnnpipe.engine.chunked.Techniques`;
+        techniques: GNNPipe's convergence switches (:class:`~gnnpipe.core.techniques.Techniques`;
             a dict changes the all-on defaults). ``None``: all on, except for models with PyG
             message-passing layers, which train with the snapshot and unbiased gradients off
             (:func:`gnnpipe.pyg.default_techniques`).
@@ -110,75 +113,61 @@ def train(model: LayerStack, data: Data, mode: str = "single", *, epochs: int = 
             the history's ``restarts`` column show each restart.
 
     Raises:
-        ValueError, TypeError: naming the bad argument (:func:`gnnpipe.validate.check_train`),
+        ValueError, TypeError: naming the bad argument (:func:`gnnpipe.api.door.check_train`),
             before the graph is chunked or any Dask cluster is contacted.
     """
     model = for_training(model, mode, data)  # PyG BasicGNN / Sequential -> LayerStack, same weights
-    data = validate.check_train(
+    job, data, recovery = door.parse_train(
         model, data, mode, plan=plan, stages=stages, chunks=chunks,
-        parts_per_chunk=parts_per_chunk, ways=ways, parts=parts,
-        workers=workers, cluster=cluster, techniques=techniques, split=split, epochs=epochs, lr=lr,
+        parts_per_chunk=parts_per_chunk, ways=ways, parts=parts, workers=workers, cluster=cluster,
+        techniques=techniques, split=split, checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every, resume=resume, restarts=restarts,
+        background=background, progress=progress, epochs=epochs, lr=lr,
         weight_decay=weight_decay, gnn_weight_decay=gnn_weight_decay, seed=seed,
-        recompute=recompute, background=background, timeout=timeout, eval_every=eval_every,
-        device=device, progress=progress)
-    ranges, stages, chunks = validate.split(plan, stages, chunks)
-    tech = Techniques.coerce(techniques) if techniques is not None else default_techniques(model)
-    config = {"mode": mode, "model": model.name, "layers": model.num_layers, "epochs": epochs,
-              "lr": lr, "weight_decay": weight_decay, "gnn_weight_decay": gnn_weight_decay,
-              "seed": seed, "stages": stages, "chunks": chunks if mode != "single" else 1,
-              "parts_per_chunk": int(parts_per_chunk),
-              "techniques": asdict(tech), "recompute": recompute,
-              "dataset": getattr(data, "name", None), "ways": ways, "parts": parts,
-              "eval_every": eval_every, "device": device,
-              "ranges": ranges or stage_ranges(len(model), stages)}
-    recovery = validate.check_recovery(
-        model, mode, epochs, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-        resume=resume, restarts=restarts)
-    config.update(recovery.config())
-    if mode in DISTRIBUTED:
-        from gnnpipe.runtime.start import start_distributed
-
-        run = start_distributed(model, data, config, tech, cluster, timeout, recovery)
-        return run if background else _follow(run, epochs, progress)
-    run = _train_here(model, data, config, tech, recovery, progress)
+        recompute=recompute, timeout=timeout, eval_every=eval_every, device=device)
+    if job.mode.distributed:
+        handle = start_distributed(model, data, job, cluster, recovery)
+        return handle if background else follow(handle, progress)
+    run = _train_here(model, data, job, recovery, progress)
     logger.info("%r", run)
     return run
 
 
-def _train_here(model: LayerStack, data: Data, config: dict[str, Any], tech: Techniques,
-                recovery: ckpt.Recovery, progress: bool) -> Run:
+def _train_here(model: LayerStack, data: Data, job: TrainConfig, recovery: ckpt.Recovery,
+                progress: bool) -> Run:
     """``single`` and ``local``: the epoch driver in this process, resumed and checkpointed as
     ``recovery`` says."""
-    mode, device, seed = config["mode"], config["device"], config["seed"]
-    model.to(device)
-    optimizer = torch.optim.Adam(model.param_groups(config["weight_decay"],
-                                                    config["gnn_weight_decay"]), lr=config["lr"])
-    parts = None if mode == "single" else make_chunks(
-        data, config["chunks"], seed=seed, parts_per_chunk=config["parts_per_chunk"])
-    layout = ckpt.layout(mode, config["ranges"], ckpt.node_order(parts))
+    model.to(job.device)
+    optimizer = torch.optim.Adam(model.param_groups(job.weight_decay, job.gnn_weight_decay),
+                                 lr=job.lr)
+    parts = None if job.mode is Mode.SINGLE else make_chunks(
+        data, job.chunks, seed=job.seed, parts_per_chunk=job.parts_per_chunk)
+    layout = ckpt.layout(job.mode, job.ranges, ckpt.node_order(parts))
+    program: EpochProgram
     if parts is None:
-        eval_data = copy.copy(data).to(device)  # a shallow copy: the caller's data stays put
+        eval_data = copy.copy(data).to(job.device)  # a shallow copy: the caller's data stays put
         adj = normalized_adjacency(eval_data.edge_index, data.num_nodes, model.norm)
-        program: Any = single.SingleProgram(model, eval_data, adj, optimizer, seed, layout)
+        program = single.SingleProgram(model, eval_data, adj, optimizer, job.seed, layout)
     else:
-        eval_data = parts.apply(data).to(device)
+        eval_data = parts.apply(data).to(job.device)
         adj = normalized_adjacency(eval_data.edge_index, eval_data.num_nodes, model.norm)
-        program = LocalEngine(model, eval_data, adj, parts.bounds.tolist(), config["ranges"],
-                              tech, seed, config["recompute"], optimizer, layout)
+        program = LocalEngine(model, eval_data, adj, parts.bounds.tolist(), job.ranges,
+                              job.techniques, job.seed, job.recompute, optimizer, layout)
     start, inherited = recovery.start(program)
-    bar = tqdm(total=config["epochs"], initial=start, desc=f"{model.name}-{model.num_layers} {mode}",
+    bar = tqdm(total=job.epochs, initial=start, desc=f"{model.name}-{model.num_layers} {job.mode}",
                disable=not progress, leave=False)
     callbacks = [functools.partial(_one_process_record, bar)]
     if recovery.root is not None:
-        callbacks.append(ckpt.Checkpointer(recovery.root, recovery.every, config["epochs"], program,
-                                           config, ckpt.param_shapes(model), inherited=inherited))
+        callbacks.append(ckpt.Checkpointer(recovery.root, recovery.every, job.epochs, program,
+                                           job, param_shapes(model),
+                                           inherited=inherited))
     origin = time.perf_counter()
     with bar:
-        records = drive(program, config["epochs"], config["eval_every"], start, callbacks)
+        records = drive(program, job.epochs, job.eval_every, start, callbacks)
     timeline = Timeline.from_events(getattr(program, "events", []))
     if len(timeline):
         timeline.df[["start", "end"]] -= origin
-    return Run(config=config, history=history_from(inherited + records), timeline=timeline,
+    return Run(config=job, history=history_from(inherited + records), timeline=timeline,
                data=data, partitioning=parts, events=events_frame(recovery.events()))
 
 
@@ -192,11 +181,12 @@ def _one_process_record(bar: Any, record: dict[str, Any]) -> bool:
     return False
 
 
-def _follow(run: Any, epochs: int, progress: bool) -> Run:
+def follow(run: RunHandle, progress: bool) -> RunHandle:
     """Wait for a distributed run, advancing a progress bar (with the latest loss and
     accuracies) from its live history."""
-    with tqdm(total=epochs, desc=f"{run.config['model']} {run.config['mode']}",
-              disable=not progress, leave=False) as bar:
+    config = run.config
+    with tqdm(total=config.epochs, desc=f"{config.model} {config.mode}", disable=not progress,
+              leave=False) as bar:
         while not run.done:
             time.sleep(0.2)
             history = run.history if progress else ()

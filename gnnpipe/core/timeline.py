@@ -9,17 +9,22 @@ from pathlib import Path
 
 import pandas as pd
 
+from gnnpipe.core.kinds import OpKind
+
 #: Columns of every Timeline, predicted (simulator) or measured (runtime), in this order.
 COLUMNS: tuple[str, ...] = (
     "rank", "stage", "way", "chunk", "epoch", "kind", "start", "end", "bytes", "peer",
 )
-#: Op kinds a Timeline row may carry.
+#: Op kinds a Timeline row may carry (:class:`~gnnpipe.core.kinds.OpKind`, in this order).
 #: ``weight`` is the weight-gradient half of a split backward (zero-bubble schedules).
-KINDS: tuple[str, ...] = ("forward", "backward", "weight", "send", "recv", "allreduce", "step",
-                          "idle")
+KINDS: tuple[OpKind, ...] = tuple(OpKind)
+
+#: Op kinds a schedule may hold (``idle`` is a Timeline-only kind).
+SCHEDULE_KINDS: tuple[OpKind, ...] = tuple(k for k in OpKind if k is not OpKind.IDLE)
 
 #: Op kinds during which a rank is busy; the rest of its time is the bubble.
-BUSY_KINDS: tuple[str, ...] = ("forward", "backward", "weight", "step", "allreduce")
+BUSY_KINDS: tuple[OpKind, ...] = (OpKind.FORWARD, OpKind.BACKWARD, OpKind.WEIGHT, OpKind.STEP,
+                                  OpKind.ALLREDUCE)
 
 _DTYPES = {
     "rank": "int64", "stage": "int64", "way": "int64", "chunk": "int64", "epoch": "int64",
@@ -56,7 +61,7 @@ def _union_length(intervals: pd.DataFrame) -> float:
 class Timeline:
     """A table of ops (one row each) with the columns of :data:`COLUMNS`.
 
-    Times are seconds from a common origin. Built by :func:`gnnpipe.simulate` (predicted)
+    Times are seconds from a common origin. Built by :func:`gnnpipe.schedule.simulator` (predicted)
     and by the runtime (measured), so the same views and metrics serve both.
     """
 

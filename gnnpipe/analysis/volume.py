@@ -11,7 +11,7 @@ from torch_geometric.data import Data
 from gnnpipe.datasets import single_graph
 from gnnpipe.engine.local import stage_ranges
 from gnnpipe.engine.probe import AggregationCall, probe_calls
-from gnnpipe.models import LayerStack
+from gnnpipe.nn import LayerStack
 from gnnpipe.partition import Partitioning, chunk, partition
 from gnnpipe.pyg import as_stack
 

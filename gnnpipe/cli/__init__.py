@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gnnpipe.cli_args import (
+from gnnpipe.cli.args import (
     DATASETS,
     DISTRIBUTED,
     MODELS,
@@ -29,7 +29,7 @@ from gnnpipe.cli_args import (
     writable_file,
     writable_folder,
 )
-from gnnpipe.cli_runs import RunFailed, finish
+from gnnpipe.cli.runs import RunFailed, finish
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def load_data(spec: str) -> Any:
 def _build_model(args: argparse.Namespace, data: Any, dropout: float | None = None) -> Any:
     import torch
 
-    from gnnpipe import models
+    from gnnpipe import nn as models
 
     torch.manual_seed(args.seed)
     extra = {"alpha": 0.1, "theta": 0.5} if args.model == "gcnii" else {}
@@ -177,7 +177,7 @@ def _train(args: argparse.Namespace) -> int:
         raise CliError("--dashboard: the dashboard is not installed (pip install gnnpipe)")
     import torch
 
-    from gnnpipe.train import train
+    from gnnpipe.api.train import train
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -196,7 +196,7 @@ def _train(args: argparse.Namespace) -> int:
         server, url = viewer.serve_run(run)
         print(f"dashboard at {url}", flush=True)
     try:
-        folder = finish(run, out, args.mode, args.epochs)
+        folder = finish(run, out, args.mode)
         if viewer is not None:
             print(f"dashboard snapshot: {viewer.snapshot(run, folder)}")
     finally:
@@ -233,7 +233,7 @@ def _demo(args: argparse.Namespace) -> int:
             if live:
                 server, url = viewer.serve_run(run)
                 print(f"live dashboard of the pipeline run: {url}", flush=True)
-            folder = finish(run, out, f"demo-{mode}", args.epochs)
+            folder = finish(run, out, f"demo-{mode}")
             if live:
                 server.stop()
                 print(f"dashboard snapshot: {viewer.snapshot(run, folder)}")

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gnnpipe.cli_args import CliError
+from gnnpipe.cli.args import CliError
 
 _ATTEMPTS = 100
 
@@ -49,22 +49,21 @@ def save_partial(run: Any, out: str | Path, label: str, error: BaseException) ->
     folder; ``config.json`` gets ``status: failed`` and the ``error``."""
     from gnnpipe.run import Run
 
-    config = {**run.config, "status": "failed", "error": f"{type(error).__name__}: {error}"}
-    partial = Run(config=config, history=run.history, timeline=run.live_timeline(),
-                  comm=run.comm)
+    partial = Run(config=run.config, history=run.history, timeline=run.live_timeline(),
+                  comm=run.comm, launch=run.launch, error=f"{type(error).__name__}: {error}")
     return partial.save(new_run_folder(out, label))
 
 
-def finish(run: Any, out: str | Path, label: str, epochs: int, progress: bool = True) -> Path:
+def finish(run: Any, out: str | Path, label: str, progress: bool = True) -> Path:
     """Wait for ``run`` (a progress bar with loss and accuracy for distributed runs), then save it
     in a new run folder. Ctrl-C stops the ranks at the end of the epoch and saves what ran; a
     failure saves the partial run and raises :class:`RunFailed`."""
-    from gnnpipe.train import _follow
+    from gnnpipe.api.train import follow
 
     if not run.done:
         try:
             try:
-                _follow(run, epochs, progress)
+                follow(run, progress)
             except KeyboardInterrupt:
                 print("stopping at the end of this epoch (Ctrl-C again to abandon the run)",
                       flush=True)

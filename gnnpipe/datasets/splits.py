@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gnnpipe import validate as check
+from gnnpipe.core import checks as check
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 #: ``split="random"``: shares of the nodes in train, val and test.

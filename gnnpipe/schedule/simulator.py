@@ -5,22 +5,51 @@ from __future__ import annotations
 import math
 import numbers
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
-from gnnpipe.events import COLUMNS, Timeline
+from gnnpipe.core.timeline import COLUMNS, SCHEDULE_KINDS, Timeline
 
-if TYPE_CHECKING:
-    from gnnpipe.schedule import Op, OpKey, Schedule
+__all__ = ["Costs", "simulate"]
+
+#: Key that names an op inside a schedule: ``(kind, stage, chunk, way)``.
+OpKey = tuple[str, int, int, int]
+
+
+class _Op(Protocol):
+    """What the simulator reads of an op (:class:`gnnpipe.schedule.Op`)."""
+
+    kind: str
+    stage: int
+    chunk: int
+    way: int
+    deps: tuple[OpKey, ...]
+
+    @property
+    def key(self) -> OpKey: ...
+
+
+@runtime_checkable
+class _Schedule(Protocol):
+    """What the simulator reads of a schedule (:class:`gnnpipe.schedule.Schedule`): the
+    simulator sits below the schedules, which render themselves by simulating."""
+
+    name: str
+    ranks: tuple[tuple[_Op, ...], ...]
+
+    @property
+    def num_ranks(self) -> int: ...
+
+    def ops(self) -> Iterator[_Op]: ...
 
 #: Op costs in seconds: one number, a mapping keyed by ``kind``, ``(kind, stage)`` or
 #: ``(kind, stage, chunk)`` (most specific wins), or a callable ``op -> seconds``.
-Costs = float | Mapping[object, float] | Callable[["Op"], float]
+Costs = float | Mapping[object, float] | Callable[[_Op], float]
 
 
-def simulate(schedule: Schedule, costs: Costs, comm: float | None = None) -> Timeline:
+def simulate(schedule: _Schedule, costs: Costs, comm: float | None = None) -> Timeline:
     """Predict when every op of ``schedule`` runs.
 
     Each rank runs its ops in list order; an op starts at the latest of the time its
@@ -44,9 +73,7 @@ def simulate(schedule: Schedule, costs: Costs, comm: float | None = None) -> Tim
             schedule that cannot progress (a dependency cycle or an op waiting for a
             later one).
     """
-    from gnnpipe.schedule import Schedule  # lazy: schedule depends on this module
-
-    if not isinstance(schedule, Schedule):
+    if not isinstance(schedule, _Schedule):
         raise TypeError(f"schedule: expected a gp.schedule Schedule (gp.schedule.gnnpipe(...) "
                         f"etc.), got {type(schedule).__name__}")
     cost_of = _cost_function(costs)
@@ -88,7 +115,7 @@ def simulate(schedule: Schedule, costs: Costs, comm: float | None = None) -> Tim
     return Timeline(frame)
 
 
-def _deadlock_message(schedule: Schedule, ops: list[Op], rank_of: list[int],
+def _deadlock_message(schedule: _Schedule, ops: list[_Op], rank_of: list[int],
                       end: list[float], index: dict[OpKey, int]) -> str:
     """Describe, per stuck rank, the first op it cannot run and what that op waits for."""
     stuck = []
@@ -113,16 +140,14 @@ def _check_seconds(name: str, value: object) -> float:
 
 def _check_kinds(table: dict) -> None:
     """Every key names a schedule op kind: a misspelt ``"forwrd"`` would only ever be ignored."""
-    from gnnpipe.schedule import OP_KINDS
-
     for key in table:
         kind = key[0] if isinstance(key, tuple) and key else key
-        if kind not in OP_KINDS:
+        if kind not in SCHEDULE_KINDS:
             raise ValueError(f"costs: key {key!r} names no op kind; expected keys kind, "
-                             f"(kind, stage) or (kind, stage, chunk) with kind one of {OP_KINDS}")
+                             f"(kind, stage) or (kind, stage, chunk) with kind one of {SCHEDULE_KINDS}")
 
 
-def _cost_function(costs: Costs) -> Callable[[Op], float]:
+def _cost_function(costs: Costs) -> Callable[[_Op], float]:
     """Turn ``costs`` into a checked ``op -> seconds`` function."""
     if isinstance(costs, numbers.Real) and not isinstance(costs, bool):
         seconds = _check_seconds("costs", costs)
@@ -131,7 +156,7 @@ def _cost_function(costs: Costs) -> Callable[[Op], float]:
         table = dict(costs)
         _check_kinds(table)
 
-        def lookup(op: Op) -> float:
+        def lookup(op: _Op) -> float:
             for key in ((op.kind, op.stage, op.chunk), (op.kind, op.stage), op.kind):
                 if key in table:
                     return _check_seconds(f"costs[{key!r}]", table[key])

@@ -20,13 +20,13 @@ ranks' own speed, so a slow rank environment does not show up as lost efficiency
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
-from gnnpipe.events import Timeline
+from gnnpipe.core.job import TrainConfig
+from gnnpipe.core.kinds import Mode
+from gnnpipe.core.timeline import Timeline
 
 #: Classes of a rank's time, in order of precedence.
 CLASSES: tuple[str, ...] = ("compute", "communication", "waiting", "idle")
@@ -45,15 +45,14 @@ class Layout:
     chunks: int = 1
 
     @classmethod
-    def of(cls, config: Mapping[str, Any]) -> Layout | None:
-        """The layout of a run's ``config``; None for one-process modes."""
-        mode = config.get("mode")
-        if mode == "graph":
-            return cls(ranks=int(config["parts"]))
-        if mode in ("pipeline", "hybrid"):
-            stages, ways = int(config["stages"]), int(config.get("ways", 1))
-            return cls(ranks=stages * ways, stages=stages, ways=ways, chunks=int(config["chunks"]))
-        return None
+    def of(cls, config: TrainConfig | None) -> Layout | None:
+        """The layout of a run's job; None for one-process modes (and an unknown job)."""
+        if config is None or not config.mode.distributed:
+            return None
+        if config.mode is Mode.GRAPH:
+            return cls(ranks=config.parts)
+        return cls(ranks=config.stages * config.ways, stages=config.stages, ways=config.ways,
+                   chunks=config.chunks)
 
     @property
     def bubble_stretch(self) -> float:

@@ -13,7 +13,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_undirected
 
-from gnnpipe.graphs.splits import stratified_masks
+from gnnpipe.datasets.splits import stratified_masks
 
 FOLDER = "musae-facebook"
 FILES = ("facebook_edges.csv", "facebook_target.csv", "facebook.json")
@@ -26,7 +26,7 @@ TRAIN_PER_CLASS, NUM_VAL, NUM_TEST = 20, 500, 1000
 def read_facebook(root: Path, seed: int = 0) -> Data:
     """The graph in ``root/musae-facebook/``: undirected edges without self-loops, binary
     features (one column per feature id), ``y`` by :data:`CLASSES`, and the split of
-    :func:`~gnnpipe.graphs.splits.stratified_masks` (20 per class, 500, 1,000) for ``seed``."""
+    :func:`~gnnpipe.datasets.splits.stratified_masks` (20 per class, 500, 1,000) for ``seed``."""
     folder = Path(root) / FOLDER
     if missing := [f for f in FILES if not (folder / f).is_file()]:
         raise FileNotFoundError(

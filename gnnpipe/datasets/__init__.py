@@ -15,8 +15,8 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_undirected
 
-from gnnpipe import validate as check
-from gnnpipe.safe_pickle import load_planetoid_pickle
+from gnnpipe.core import checks as check
+from gnnpipe.datasets.safe_pickle import load_planetoid_pickle
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def _read_matrix(path: Path) -> torch.Tensor:
 
 def _read_planetoid(raw: Path, key: str) -> Data:
     """The graph with its public split, built exactly as PyG's ``read_planetoid_data`` does, from
-    files read by :func:`gnnpipe.safe_pickle.load_planetoid_pickle` (PyG's reader unpickles them
+    files read by :func:`gnnpipe.datasets.safe_pickle.load_planetoid_pickle` (PyG's reader unpickles them
     with ``pickle`` and caches with ``torch.load``, either of which runs code from a crafted file)."""
     from torch_geometric.io import read_txt_array
     from torch_geometric.io.planetoid import edge_index_from_dict
@@ -124,7 +124,7 @@ def load(name: str, root: str | os.PathLike | None = None, normalize_features: b
 
     ``facebook`` (MUSAE): 22,470 pages, 170,823 undirected mutual-like edges (the release's
     171,002 less its 179 self-loops), 4,714 binary features (row-normalised like Cora's), 4
-    classes ``y`` in the order of :data:`gnnpipe.graphs.facebook.CLASSES` (company, government,
+    classes ``y`` in the order of :data:`gnnpipe.datasets.facebook.CLASSES` (company, government,
     politician, tvshow). It has no official split: as Planetoid's, 20 training nodes per class
     (80), then 500 validation and 1,000 test nodes, drawn from one permutation seeded by ``seed``.
 
@@ -150,7 +150,7 @@ def load(name: str, root: str | os.PathLike | None = None, normalize_features: b
     check.integer("seed", seed, 0)
     base = Path(root).expanduser() if root is not None else default_root(key)
     if key == "facebook":
-        from gnnpipe.graphs.facebook import read_facebook
+        from gnnpipe.datasets.facebook import read_facebook
 
         data = read_facebook(base, seed)
     elif seed:
@@ -269,13 +269,13 @@ def prepare_data(data: Any, split: Any = None, seed: int = 0) -> Data:
 
     A PyG ``Dataset`` gives its one graph (an OGB dataset's ``get_idx_split()`` is its split
     when ``split`` is not given and the graph has no masks). OGB-style ``[n, 1]`` labels are
-    flattened. ``split`` (see :func:`gnnpipe.graphs.splits.masks_from_split`: node ids,
+    flattened. ``split`` (see :func:`gnnpipe.datasets.splits.masks_from_split`: node ids,
     ``"random"`` or shares, seeded by ``seed``) replaces the graph's masks; without it, the
     graph's masks are kept, else a ``split_idx`` dict stored on it is used, else a ValueError
     says what to pass. The result may share tensors with ``data``, which is never modified;
     check it with :func:`validate`.
     """
-    from gnnpipe.graphs.splits import MASKS, masks_from_split
+    from gnnpipe.datasets.splits import MASKS, masks_from_split
 
     graph = single_graph(data)
     missing = [m for m in MASKS if getattr(graph, m, None) is None]

@@ -1,8 +1,9 @@
 """The command line's parser class and argument types: cheap to import (no torch), every flag's
 default in its help, and one-line errors that name the flag.
 
-The names of modes, models and datasets are written out here (the library's tables import
-torch); ``tests/test_cli.py`` checks they equal the library's.
+The modes come from :class:`~gnnpipe.core.kinds.Mode`; the names of models and datasets are
+written out here (the library's tables import torch); ``tests/test_cli.py`` checks they equal the
+library's.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-MODES = ("single", "local", "pipeline", "graph", "hybrid")
-DISTRIBUTED = ("pipeline", "graph", "hybrid")
+from gnnpipe.core.kinds import Mode
+
+MODES = tuple(m.value for m in Mode)
+DISTRIBUTED = tuple(m.value for m in Mode if m.distributed)
 MODELS = ("gcn", "gcnii", "resgcn_plus", "sage")
 DATASETS = ("citeseer", "cora", "facebook", "pubmed")
 
@@ -118,7 +121,7 @@ def dataset_spec(text: str) -> str:
 
 def byte_size(text: str) -> int:
     """Bytes from ``8GB``, ``512MiB`` or a plain number."""
-    from gnnpipe.plan.units import parse_bytes
+    from gnnpipe.core.units import parse_bytes
 
     try:
         return parse_bytes(text, "size")
@@ -128,7 +131,7 @@ def byte_size(text: str) -> int:
 
 def bandwidth(text: str) -> float:
     """Bytes/s from ``1GB/s`` or a plain number."""
-    from gnnpipe.plan.units import parse_bandwidth
+    from gnnpipe.core.units import parse_bandwidth
 
     try:
         return parse_bandwidth(text)

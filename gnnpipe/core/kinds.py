@@ -1,0 +1,81 @@
+"""Names with meaning, as ``str`` enums: training modes, timeline op kinds and block kinds.
+
+Each member *is* its string (``Mode.PIPELINE == "pipeline"``), so old strings keep working at
+the API door, in saved runs and in DataFrame columns, while code below the door compares
+members and a type checker sees which values a field may hold.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = ["BlockKind", "Mode", "OpKind", "StrEnum"]
+
+
+class StrEnum(str, Enum):
+    """A ``str`` enum that prints, formats and serialises as its value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    @classmethod
+    def parse(cls, name: str, value: object) -> StrEnum:
+        """``value`` as a member, or ``ValueError: name: expected one of (...), got value``."""
+        try:
+            return cls(value)
+        except ValueError:
+            options = tuple(m.value for m in cls)
+            raise ValueError(f"{name}: expected one of {options}, got {value!r}") from None
+
+
+class Mode(StrEnum):
+    """How a job trains: ``single`` (exact full graph, one process), ``local`` (GNNPipe's
+    chunked epoch in one process), and on Dask workers ``pipeline`` (one stage per rank),
+    ``graph`` (one METIS partition per rank) and ``hybrid`` (``ways`` pipelines side by side)."""
+
+    SINGLE = "single"
+    LOCAL = "local"
+    PIPELINE = "pipeline"
+    GRAPH = "graph"
+    HYBRID = "hybrid"
+
+    @property
+    def distributed(self) -> bool:
+        """Runs its ranks on Dask workers."""
+        return self in (Mode.PIPELINE, Mode.GRAPH, Mode.HYBRID)
+
+    @property
+    def chunked(self) -> bool:
+        """Trains with GNNPipe's chunked epoch (historical embeddings)."""
+        return self in (Mode.LOCAL, Mode.PIPELINE, Mode.HYBRID)
+
+    @property
+    def staged(self) -> bool:
+        """Splits the model into pipeline stages."""
+        return self in (Mode.LOCAL, Mode.PIPELINE, Mode.HYBRID)
+
+
+class OpKind(StrEnum):
+    """What a timeline row or a schedule op does. In zero-bubble schedules ``backward`` is the
+    input gradient and ``weight`` the weight gradient; ``idle`` is a timeline-only kind."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    WEIGHT = "weight"
+    SEND = "send"
+    RECV = "recv"
+    ALLREDUCE = "allreduce"
+    STEP = "step"
+    IDLE = "idle"
+
+
+class BlockKind(StrEnum):
+    """A block's place in a stack: ``input`` projection, ``gnn`` layer or ``output``
+    classifier (weight-decay groups and reports)."""
+
+    INPUT = "input"
+    GNN = "gnn"
+    OUTPUT = "output"
