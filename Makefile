@@ -28,8 +28,11 @@ test-gpu: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# ruff; the layers contract (pyproject.toml [tool.importlinter]); mypy (pyproject.toml [tool.mypy])
 lint: $(STAMP)
-	$(BIN)/ruff check gnnpipe dashboard tests benchmarks
+	$(BIN)/ruff check gnnpipe dashboard tests benchmarks tools
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

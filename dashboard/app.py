@@ -31,6 +31,8 @@ from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.run import HISTORY_COLUMNS
 
+__all__ = ["SLOW_VIEWS_PERIOD_S", "WINDOW_EPOCHS", "Dashboard", "LiveView"]
+
 logger = logging.getLogger(__name__)
 # In Jupyter, BokehJS and Panel's JS go into the notebook itself, so an executed notebook shows
 # its dashboards offline too (a served page loads them from the server either way).
@@ -153,7 +155,7 @@ class _RanksCard:
 
     def __init__(self, config: TrainConfig | None, timeline: Timeline) -> None:
         self.config = config
-        ranks = run_ranks(config)
+        ranks = _run_ranks(config)
         shares, per_epoch = rank_views.rank_figures(timeline, config)
         self.shares = LiveView(lambda s: rank_views.shares_plot(s, ranks), shares,
                                sizing_mode="stretch_width")
@@ -176,7 +178,7 @@ class _RanksCard:
         self.table.object = rank_views.shares_table(shares, per_epoch)
 
 
-def run_ranks(config: TrainConfig | None) -> int:
+def _run_ranks(config: TrainConfig | None) -> int:
     """How many ranks a run's ``config`` asks for (0 for one-process modes)."""
     layout = Layout.of(config)
     return 0 if layout is None else layout.ranks
@@ -217,7 +219,7 @@ def _closed_tab(exc: BaseException) -> bool:
     return False
 
 
-def quiet_closed_tabs() -> None:
+def _quiet_closed_tabs() -> None:
     """Silence, in this process, what tornado and bokeh log when a browser tab closes (once)."""
     for name in _CLOSED_TAB_LOGGERS:
         log = logging.getLogger(name)
@@ -259,7 +261,7 @@ class Dashboard(param.Parameterized):
         losses = LiveView(self._named(metric_views.loss_plot), history)
         accuracy = LiveView(self._named(metric_views.accuracy_plot), history)
         times = LiveView(metric_views.epoch_time_plot, history)
-        num_ranks = run_ranks(config)
+        num_ranks = _run_ranks(config)
         epochs = timeline_epochs(timeline, num_ranks)  # epochs every rank has reported
         selector = pn.widgets.IntSlider(label="epoch (timeline)", start=min(epochs, default=0),
                                         end=max(max(epochs, default=0), 1),
@@ -380,7 +382,7 @@ class Dashboard(param.Parameterized):
                 s.bind((address, 0))
                 port = s.getsockname()[1]
         origins = [f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"]
-        quiet_closed_tabs()
+        _quiet_closed_tabs()
         server = pn.serve({"/": self.panel}, port=port, address=address, show=show,
                           threaded=True, start=True, title=self.title, verbose=False,
                           websocket_origin=origins)
@@ -396,5 +398,5 @@ class Dashboard(param.Parameterized):
 # `panel serve dashboard/app.py --args RUN_DIR` (or GNNPIPE_RUN=RUN_DIR): replay; no args: explorer
 if __name__.startswith("bokeh"):
     target = os.environ.get("GNNPIPE_RUN") or (sys.argv[1] if len(sys.argv) > 1 else None)
-    quiet_closed_tabs()
+    _quiet_closed_tabs()
     Dashboard(target).servable()

@@ -12,6 +12,8 @@ from typing import Any
 
 from gnnpipe.cli.args import CliError, port_number
 
+__all__ = ["RUN_FILES", "register", "serve_run", "snapshot"]
+
 RUN_FILES = ("config.json", "history.csv", "timeline.json")
 
 
@@ -29,7 +31,7 @@ def snapshot(run: Any, folder: str | Path) -> Path:
     return Dashboard(run).save(Path(folder) / "dashboard.html")
 
 
-def check_run(path: str | Path) -> Path:
+def _check_run(path: str | Path) -> Path:
     """``path``: a run folder (with one of :data:`RUN_FILES`) or a timeline/trace file."""
     path = Path(path)
     if not path.exists():
@@ -39,7 +41,7 @@ def check_run(path: str | Path) -> Path:
     return path
 
 
-def check_port(address: str, port: int) -> None:
+def _check_port(address: str, port: int) -> None:
     """Fail unless ``address:port`` can be listened on now (a busy port would otherwise kill
     the server's thread while the command waits forever)."""
     if port == 0:
@@ -59,8 +61,8 @@ def check_port(address: str, port: int) -> None:
 def _dashboard(args: argparse.Namespace) -> int:
     if args.explore == (args.run is not None):
         raise CliError("run: give a run folder (runs/<id>/) or --explore, one of the two")
-    run = None if args.explore else check_run(args.run)
-    check_port(args.address, args.port)
+    run = None if args.explore else _check_run(args.run)
+    _check_port(args.address, args.port)
     from dashboard.app import Dashboard
 
     server, url = Dashboard(run).serve(port=args.port, address=args.address)

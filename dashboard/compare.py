@@ -14,6 +14,8 @@ from dashboard.views.timeline import select_epoch, timeline_epochs, timeline_plo
 from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import Timeline
 
+__all__ = ["Compare"]
+
 
 def _parts(run: Any, name: str) -> tuple[TrainConfig | None, pd.DataFrame, Timeline]:
     """``(config, history, timeline)`` of a Run or a saved run folder."""

@@ -4,6 +4,8 @@ renderer name they find the training curve by."""
 
 from __future__ import annotations
 
+__all__ = ["CURVE_NAME", "CURVE_POINTS", "FIGURE_IDS", "TITLES"]
+
 CURVE_NAME = "gnnpipe-training-curve"  # bokeh renderer name of the training curves
 
 

@@ -21,6 +21,9 @@ from gnnpipe.core.kinds import Mode
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.run import HISTORY_COLUMNS
 
+__all__ = ["Feed", "ReplaySource", "RunSource", "Snapshot", "Source", "TopicSource", "as_source",
+           "rebuild_partitioning"]
+
 
 @dataclass
 class Feed:

@@ -8,6 +8,10 @@ from typing import Any
 
 from gnnpipe.core.timeline import KINDS
 
+__all__ = ["CLASS_COLORS", "COMM_KIND_COLORS", "LEGEND_NAME", "OP_COLORS", "OP_LABELS",
+           "OTHER_COLOR", "bytes_axis", "bytes_formatter", "categorical_ticks", "human_bytes",
+           "legend_hook", "op_color", "op_legend", "percent_axis"]
+
 #: Colour per op kind (``gnnpipe.core.timeline.KINDS``). ``idle`` is the lane background: gaps between
 #: bars are idle time.
 OP_COLORS: dict[str, str] = {

@@ -29,6 +29,21 @@ from torch import Tensor
 
 from gnnpipe.core.job import TrainConfig
 
+__all__ = [
+    "FORMAT",
+    "MANIFEST",
+    "Checkpointer",
+    "Manifest",
+    "Recovery",
+    "epoch_dir",
+    "latest",
+    "layout",
+    "node_order",
+    "save_manifest",
+    "save_shard",
+    "shard",
+]
+
 logger = logging.getLogger(__name__)
 
 FORMAT = 1

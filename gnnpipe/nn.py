@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol, cast, overload
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +74,22 @@ class Block(nn.Module):
         raise NotImplementedError
 
 
+if TYPE_CHECKING:
+    class BlockList(nn.ModuleList):
+        """How a type checker sees :attr:`LayerStack.blocks`: an ``nn.ModuleList`` holding only
+        Blocks (``_check_blocks`` sees to it). At run time it is a plain ``nn.ModuleList``."""
+
+        @overload
+        def __getitem__(self, idx: slice) -> BlockList: ...
+
+        @overload
+        def __getitem__(self, idx: int) -> Block: ...
+
+        def __getitem__(self, idx: int | slice) -> Block | BlockList: ...
+
+        def __iter__(self) -> Iterator[Block]: ...
+
+
 class LayerStack(nn.Module):
     """An ordered list of blocks: input projection, ``L`` GNN layers, classifier.
 
@@ -83,11 +99,11 @@ class LayerStack(nn.Module):
         name: model family, for reports.
     """
 
-    def __init__(self, blocks: list[Block], norm: str = "sym", name: str = "custom") -> None:
+    def __init__(self, blocks: Sequence[Block], norm: str = "sym", name: str = "custom") -> None:
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"norm: expected one of {NORMS}, got {norm!r}")
-        self.blocks = nn.ModuleList(_check_blocks(blocks))
+        self.blocks = cast("BlockList", nn.ModuleList(_check_blocks(blocks)))
         for i, block in enumerate(self.blocks):
             block.key = i
         self.norm = norm
@@ -170,7 +186,7 @@ def _check_blocks(blocks: object) -> list[Block]:
         one = "; a single block goes in a list: [block]" if isinstance(blocks, nn.Module) else ""
         raise TypeError(f"blocks: expected a list of gnnpipe.models.Block, got "
                         f"{_type_name(blocks)}{one}")
-    blocks = list(blocks)  # type: ignore[call-overload]
+    blocks = list(blocks)
     if not blocks:
         raise ValueError("blocks: expected at least one gnnpipe.models.Block, got an empty list")
     seen: dict[int, int] = {}
@@ -287,6 +303,7 @@ class GCNIILayer(Block):
 
     def forward(self, h: Tensor, h0: Tensor | None, ctx: Context) -> tuple[Tensor, Tensor | None]:
         z = (1.0 - self.alpha) * ctx.aggregate(ctx.dropout(h, self.p, self.key), self.key)
+        assert h0 is not None, "GCNIILayer reads h0 (carries_h0=True)"
         z = z + self.alpha * h0
         return F.relu(torch.addmm(z, z, self.weight, beta=1.0 - self.beta, alpha=self.beta)), h0
 

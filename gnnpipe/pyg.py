@@ -15,13 +15,17 @@ every layer) cannot be chunked and are refused, naming the part.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor, nn
 
+from gnnpipe.core.kinds import BlockKind
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.engine.message_passing import check_exact_in_graph_mode, check_module
 from gnnpipe.nn import Block, LayerStack
+
+__all__ = ["Part", "PyGBlock", "Step", "as_stack", "default_techniques", "for_training", "from_pyg"]
 
 #: A model part, (kind, op, reads, writes): kind ``conv`` (op: a MessagePassing), ``module``
 #: (op: any callable) or ``dropout`` (op: p), reading and writing named values.
@@ -39,8 +43,9 @@ class PyGBlock(Block):
     def __init__(self, parts: list[Part], source: str,
                  result: str, kind: str) -> None:
         super().__init__()
-        self.kind, self.source, self.result = kind, source, result
-        self.mods, self.fns = nn.ModuleList(), []
+        self.kind, self.source, self.result = BlockKind(kind), source, result
+        self.mods = nn.ModuleList()
+        self.fns: list[Callable[..., Any]] = []
         self.steps: list[Step] = []
         for what, op, reads, writes in parts:
             if what == "dropout":
@@ -210,10 +215,10 @@ def _sequential_blocks(model: Any) -> list[PyGBlock]:
         groups[:2] = [("gnn", groups[0][1] + groups[1][1])]  # leading dropout: no block of its own
     result = parts[-1][3][0]
     blocks = []
-    for g, (kind, seg) in enumerate(groups):
+    for g, (kind, group) in enumerate(groups):
         stop = groups[g + 1][1][0][2] if g + 1 < len(groups) else result
-        blocks.append(PyGBlock([parts[k] for a, b, _ in seg for k in range(a, b)],
-                               seg[0][2], stop, kind))
+        blocks.append(PyGBlock([parts[k] for a, b, _ in group for k in range(a, b)],
+                               group[0][2], stop, kind))
     return blocks
 
 
@@ -286,7 +291,7 @@ def as_stack(model: Any, data: Any = None) -> Any:
     return from_pyg(model, None if fits else getattr(data, "num_features", None))
 
 
-def ship_generated_code(model: nn.Module) -> None:
+def _ship_generated_code(model: nn.Module) -> None:
     """Let workers rebuild message-passing classes that travel by value (defined in ``__main__``,
     a notebook or a test): PyG replaces such a class's ``propagate`` with code it generated into a
     module workers cannot import, so that module travels by value too."""
@@ -312,7 +317,7 @@ def for_training(model: Any, mode: str, data: Any = None) -> Any:
     stack = as_stack(model, data)
     if not isinstance(stack, LayerStack):
         return stack
-    ship_generated_code(stack)
+    _ship_generated_code(stack)
     if mode in ("graph", "hybrid"):
         from torch_geometric.nn import MessagePassing
 

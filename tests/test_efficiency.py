@@ -6,6 +6,7 @@ import pytest
 
 import gnnpipe as gp
 from gnnpipe.analysis.efficiency import CLASSES, Layout, efficiency, rank_breakdown, rank_shares
+from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import OpEvent, Timeline
 
 
@@ -63,9 +64,10 @@ def test_a_slow_stage_lowers_efficiency_by_its_share() -> None:
 
 
 def test_layout_of_configs() -> None:
-    assert Layout.of({"mode": "single"}) is None
-    assert Layout.of({"mode": "graph", "parts": 4}) == Layout(ranks=4)
-    hybrid = Layout.of({"mode": "hybrid", "stages": 2, "ways": 2, "chunks": 16})
+    assert Layout.of(TrainConfig.from_dict({"mode": "single"})) is None
+    assert Layout.of(TrainConfig.from_dict({"mode": "graph", "parts": 4})) == Layout(ranks=4)
+    hybrid = Layout.of(TrainConfig.from_dict({"mode": "hybrid", "stages": 2, "ways": 2,
+                                              "chunks": 16}))
     assert hybrid == Layout(ranks=4, stages=2, ways=2, chunks=16)
     assert hybrid.bubble_stretch == pytest.approx((8 + 1) / 8)
 

@@ -16,6 +16,9 @@ from dashboard.style import (
     human_bytes,
 )
 
+__all__ = ["ALL_LABEL", "NO_BYTES_LABEL", "bytes_by_kind_plot", "bytes_difference_plot",
+           "bytes_per_epoch_plot", "comm_matrix_frame", "comm_matrix_plot"]
+
 #: Column label of collective traffic (``dst == -1``: all-reduce, eval and control
 #: reductions) in :func:`comm_matrix_plot`.
 ALL_LABEL = "all"

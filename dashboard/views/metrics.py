@@ -8,6 +8,9 @@ import pandas as pd
 
 from gnnpipe.run import best_epoch
 
+__all__ = ["CURVE_COLORS", "CURVE_LABELS", "accuracy_plot", "epoch_time_plot", "loss_plot",
+           "progress_text", "training_curves"]
+
 #: Line colour per history column drawn by :func:`training_curves`.
 CURVE_COLORS: dict[str, str] = {
     "loss": "#4c78a8",

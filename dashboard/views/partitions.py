@@ -14,6 +14,10 @@ import scipy.sparse as sp
 from dashboard.style import categorical_ticks
 from gnnpipe.partition import Partitioning
 
+__all__ = ["LAYOUT_ANCHOR", "LAYOUT_ITERATIONS", "MAX_LAYOUT_NODES", "MEASURE_COLORS",
+           "PART_COLORS", "edge_matrix_plot", "halo_plot", "node_layout_plot", "node_positions",
+           "part_color", "part_graph_plot", "partition_sizes_plot"]
+
 #: Colours of parts 0, 1, ... (Tableau 20); parts beyond 20 reuse them cyclically.
 PART_COLORS: tuple[str, ...] = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -34,18 +38,18 @@ def part_color(part: int) -> str:
     return PART_COLORS[int(part) % len(PART_COLORS)]
 
 
-def part_label(part: Partitioning) -> str:
+def _part_label(part: Partitioning) -> str:
     """``"chunk"`` for a GNNPipe chunking (``gp.chunk``), else ``"part"``."""
     return "chunk" if part.method == "chunk" else "part"
 
 
-def part_ids(part: Partitioning) -> list[str]:
+def _part_ids(part: Partitioning) -> list[str]:
     """Part ids as category labels ``"0"``, ``"1"``, ... in numeric order."""
     return [str(p) for p in range(part.num_parts)]
 
 
 def _part_dim(part: Partitioning, name: str = "part", label: str | None = None) -> hv.Dimension:
-    return hv.Dimension(name, label=label or part_label(part), values=part_ids(part))
+    return hv.Dimension(name, label=label or _part_label(part), values=_part_ids(part))
 
 
 def partition_sizes_plot(part: Partitioning) -> hv.Bars:
@@ -59,7 +63,7 @@ def partition_sizes_plot(part: Partitioning) -> hv.Bars:
                       var_name="measure", value_name="count")
     df["color"] = df["measure"].map(MEASURE_COLORS)
     df["part"] = df["part"].astype(str)
-    label = part_label(part)
+    label = _part_label(part)
     kdims = [_part_dim(part), hv.Dimension("measure", values=["nodes", "edges"])]
     title = (f"{part.num_parts} {label}s: balance nodes {part.node_balance:.2f}, "
              f"edges {part.edge_balance:.2f}")
@@ -78,7 +82,7 @@ def edge_matrix_plot(part: Partitioning) -> hv.HeatMap:
     """
     df = part.edge_matrix().stack().rename("edges").reset_index()
     df[["src_part", "dst_part"]] = df[["src_part", "dst_part"]].astype(str)
-    label = part_label(part)
+    label = _part_label(part)
     kdims = [_part_dim(part, "dst_part", f"destination {label}"),
              _part_dim(part, "src_part", f"source {label}")]
     title = f"{label} → {label} edges (cut {part.edge_cut_fraction:.1%})"
@@ -95,8 +99,8 @@ def halo_plot(part: Partitioning) -> hv.Bars:
     Element data: kdim ``part`` (str labels), vdims ``halo_rows`` and ``color``; the title gives their
     sum ``M`` (the graph-parallel communication of DESIGN.md §4 scales with it).
     """
-    label = part_label(part)
-    df = pd.DataFrame({"part": part_ids(part), "halo_rows": part.halo_rows})
+    label = _part_label(part)
+    df = pd.DataFrame({"part": _part_ids(part), "halo_rows": part.halo_rows})
     df["color"] = [part_color(p) for p in range(part.num_parts)]
     title = f"halo rows per {label} (M = {part.total_halo_rows:,})"
     return hv.Bars(df, kdims=[_part_dim(part)], vdims=["halo_rows", "color"]).opts(
@@ -164,7 +168,7 @@ def node_layout_plot(data: Any, part: Partitioning,
         (pos[pairs[0], 0], pos[pairs[0], 1], pos[pairs[1], 0], pos[pairs[1], 1]),
         kdims=["x0", "y0", "x1", "y1"],
     ).opts(color="#999999", alpha=0.15, line_width=0.5, backend="bokeh")
-    label = part_label(part)
+    label = _part_label(part)
     points = hv.Points(nodes, kdims=["x", "y"], vdims=["node", "part", "color"]).opts(
         color="color", size=4, line_color=None, tools=["hover"], backend="bokeh",
     )
@@ -187,7 +191,7 @@ def part_graph_plot(part: Partitioning, note: str = "") -> hv.Overlay:
     angle = 2 * np.pi * np.arange(p) / max(p, 1)
     x, y = np.cos(angle) * (p > 1), np.sin(angle) * (p > 1)
     sizes = np.asarray(part.sizes, dtype=float)
-    nodes = pd.DataFrame({"x": x, "y": y, "part": part_ids(part), "nodes": sizes.astype(int),
+    nodes = pd.DataFrame({"x": x, "y": y, "part": _part_ids(part), "nodes": sizes.astype(int),
                           "size": 8 + 30 * np.sqrt(sizes / max(sizes.max(), 1.0)),
                           "color": [part_color(i) for i in range(p)]})
     matrix = part.edge_matrix().to_numpy()
@@ -200,7 +204,7 @@ def part_graph_plot(part: Partitioning, note: str = "") -> hv.Overlay:
         color="#888888", alpha=0.5, line_width="width", tools=["hover"], backend="bokeh")
     points = hv.Points(nodes, kdims=["x", "y"], vdims=["part", "nodes", "size", "color"]).opts(
         color="color", size="size", line_color="white", tools=["hover"], backend="bokeh")
-    label = part_label(part)
+    label = _part_label(part)
     title = f"{note}{label} graph ({p} {label}s; lines: cut edges)"
     return (segments * points).opts(
         title=title, xaxis=None, yaxis=None, padding=0.15, responsive=True, height=400,

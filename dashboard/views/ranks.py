@@ -12,6 +12,8 @@ from gnnpipe.analysis.efficiency import CLASSES, Layout, efficiency, rank_shares
 from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import Timeline
 
+__all__ = ["efficiency_plot", "rank_figures", "shares_plot", "shares_table"]
+
 _SHARE_COLUMNS = ["rank", "class", "share"]
 
 

@@ -16,6 +16,8 @@ from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.schedule import Schedule
 
+__all__ = ["BUILDERS", "ScheduleExplorer"]
+
 #: Schedule names the explorer offers (:data:`gnnpipe.analysis.whatif.SCHEDULES`).
 BUILDERS = SCHEDULES
 _INPUTS = ["schedule", "other", "stages", "chunks", "virtual", "forward", "backward", "comm"]

@@ -13,6 +13,8 @@ from dashboard.views.timeline import select_epoch, timeline_epochs, timeline_plo
 from gnnpipe.analysis.whatif import build, costs_from, predict, what_if
 from gnnpipe.core.timeline import Timeline
 
+__all__ = ["whatif_panel", "whatif_plot"]
+
 
 def whatif_plot(table: pd.DataFrame) -> hv.Overlay:
     """Predicted epoch seconds against chunk count, one curve per schedule, and the measured

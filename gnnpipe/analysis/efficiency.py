@@ -28,6 +28,8 @@ from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.kinds import Mode
 from gnnpipe.core.timeline import Timeline
 
+__all__ = ["CLASSES", "Layout", "efficiency", "rank_breakdown", "rank_shares"]
+
 #: Classes of a rank's time, in order of precedence.
 CLASSES: tuple[str, ...] = ("compute", "communication", "waiting", "idle")
 _CLASS_OF = {"forward": 0, "backward": 0, "step": 0, "allreduce": 1, "recv": 2, "send": 3}

@@ -15,6 +15,9 @@ from gnnpipe.nn import LayerStack
 from gnnpipe.partition import Partitioning, chunk, partition
 from gnnpipe.pyg import as_stack
 
+__all__ = ["BYTES_PER_VALUE", "MODES", "comm_volume", "graph_bytes", "hybrid_boundary_bytes",
+           "pipeline_bytes"]
+
 BYTES_PER_VALUE = 4  # fp32
 
 MODES = ("single", "local", "pipeline", "graph", "hybrid")
@@ -98,7 +101,7 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
     data = single_graph(data)
     if mode in ("single", "local"):
         return 0
-    ranges = [tuple(r) for r in ranges] if ranges else stage_ranges(len(model), stages)
+    ranges = [(a, b) for a, b in ranges] if ranges else stage_ranges(len(model), stages)
     if mode == "pipeline":
         return pipeline_bytes(model, data.num_nodes, ranges)
     if mode == "hybrid":

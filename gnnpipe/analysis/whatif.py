@@ -27,6 +27,17 @@ from gnnpipe.core.timeline import Timeline
 from gnnpipe.schedule import Op, Schedule
 from gnnpipe.schedule.simulator import simulate
 
+__all__ = [
+    "SCHEDULES",
+    "OpCosts",
+    "bubble_formula",
+    "build",
+    "costs_from",
+    "epoch_times",
+    "predict",
+    "what_if",
+]
+
 #: Schedule builders by name: ``builder(stages, chunks, virtual, step)``.
 SCHEDULES: dict[str, Callable[[int, int, int, bool], Schedule]] = {
     "gnnpipe": lambda s, c, v, step: schedules.gnnpipe(s, c, step=step),

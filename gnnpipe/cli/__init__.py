@@ -31,6 +31,8 @@ from gnnpipe.cli.args import (
 )
 from gnnpipe.cli.runs import RunFailed, finish
 
+__all__ = ["APPLIES", "DATASET_HELP", "TRAIN_DEFAULTS", "build_parser", "main"]
+
 logger = logging.getLogger(__name__)
 
 #: Defaults of the train flags that are ``None`` until parsed, to tell whether they were given.
@@ -102,7 +104,7 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
                    help="distributed modes: serve the live dashboard on localhost while training")
 
 
-def load_data(spec: str) -> Any:
+def _load_data(spec: str) -> Any:
     """``cora``/``citeseer``/``pubmed`` or ``synthetic:NODES`` (as :func:`dataset_spec` writes)."""
     from gnnpipe import datasets
 
@@ -181,7 +183,7 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    data = load_data(args.dataset)
+    data = _load_data(args.dataset)
     model = _build_model(args, data, args.dropout)
     distributed = args.mode in DISTRIBUTED
     run = train(model, data, args.mode, epochs=args.epochs, lr=args.lr,
@@ -278,7 +280,7 @@ def _plan(args: argparse.Namespace) -> int:
     from gnnpipe.engine.local import stage_ranges
 
     torch.set_num_threads(1)
-    data = load_data(args.dataset)
+    data = _load_data(args.dataset)
     model = _build_model(args, data)
     with gp.Cluster(n_workers=args.workers, threads_per_worker=args.threads) as cluster:
         plan = gp.plan(model, data, workers=args.workers, memory_limit=args.memory_limit,
@@ -408,7 +410,3 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _fail(parser, args, err)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,6 +18,27 @@ from typing import Any, NoReturn
 
 from gnnpipe.core.kinds import Mode
 
+__all__ = [
+    "DATASETS",
+    "DISTRIBUTED",
+    "MODELS",
+    "MODES",
+    "CliError",
+    "DefaultsFormatter",
+    "Parser",
+    "bandwidth",
+    "byte_size",
+    "dataset_spec",
+    "nonneg_float",
+    "nonneg_int",
+    "port_number",
+    "positive_float",
+    "positive_int",
+    "probability",
+    "writable_file",
+    "writable_folder",
+]
+
 MODES = tuple(m.value for m in Mode)
 DISTRIBUTED = tuple(m.value for m in Mode if m.distributed)
 MODELS = ("gcn", "gcnii", "resgcn_plus", "sage")

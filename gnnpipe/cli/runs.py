@@ -10,6 +10,8 @@ from typing import Any
 
 from gnnpipe.cli.args import CliError
 
+__all__ = ["RunFailed", "finish", "new_run_folder"]
+
 _ATTEMPTS = 100
 
 
@@ -44,7 +46,7 @@ def new_run_folder(out: str | Path, label: str) -> Path:
     raise CliError(f"--out: no free run folder name in {out} after {_ATTEMPTS} tries")
 
 
-def save_partial(run: Any, out: str | Path, label: str, error: BaseException) -> Path:
+def _save_partial(run: Any, out: str | Path, label: str, error: BaseException) -> Path:
     """Save what a failed distributed run did (its live history and timeline) in a new run
     folder; ``config.json`` gets ``status: failed`` and the ``error``."""
     from gnnpipe.run import Run
@@ -70,5 +72,5 @@ def finish(run: Any, out: str | Path, label: str, progress: bool = True) -> Path
                 run.stop()
                 run.wait()
         except Exception as err:  # a RankFailure, or an error of the client itself
-            raise RunFailed(save_partial(run, out, label, err), err) from err
+            raise RunFailed(_save_partial(run, out, label, err), err) from err
     return run.save(new_run_folder(out, label))

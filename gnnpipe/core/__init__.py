@@ -8,3 +8,5 @@
   both produce;
 - :mod:`~gnnpipe.core.job`: :class:`TrainConfig`, the one typed description of a job.
 """
+
+__all__: list[str] = []  # a layer: its modules are imported by name

@@ -13,7 +13,11 @@ __all__ = ["BlockKind", "Mode", "OpKind", "StrEnum"]
 
 
 class StrEnum(str, Enum):
-    """A ``str`` enum that prints, formats and serialises as its value."""
+    """A ``str`` enum that prints, formats, serialises and reprs as its value (so messages and
+    op keys such as ``('backward', 1, 2, 0)`` read as they did with plain strings)."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
 
     def __str__(self) -> str:
         return str(self.value)

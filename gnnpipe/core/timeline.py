@@ -11,6 +11,8 @@ import pandas as pd
 
 from gnnpipe.core.kinds import OpKind
 
+__all__ = ["BUSY_KINDS", "COLUMNS", "KINDS", "SCHEDULE_KINDS", "OpEvent", "Timeline"]
+
 #: Columns of every Timeline, predicted (simulator) or measured (runtime), in this order.
 COLUMNS: tuple[str, ...] = (
     "rank", "stage", "way", "chunk", "epoch", "kind", "start", "end", "bytes", "peer",

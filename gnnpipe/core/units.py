@@ -6,6 +6,8 @@ import math
 import numbers
 import re
 
+__all__ = ["DEFAULT_BANDWIDTH", "format_bytes", "parse_bandwidth", "parse_bytes"]
+
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
           "tib": 2**40}

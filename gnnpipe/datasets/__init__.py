@@ -18,11 +18,14 @@ from torch_geometric.utils import remove_self_loops, to_undirected
 from gnnpipe.core import checks as check
 from gnnpipe.datasets.safe_pickle import load_planetoid_pickle
 
+__all__ = ["NAMES", "PLANETOID", "default_root", "load", "num_classes", "prepare_data",
+           "single_graph", "synthetic", "validate"]
+
 logger = logging.getLogger(__name__)
 
 PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 NAMES = (*PLANETOID, "facebook")
-_SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+_SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 _SHARED_ROOT = _SHARED_DATA / "planetoid"
 
 

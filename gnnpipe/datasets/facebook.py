@@ -15,6 +15,8 @@ from torch_geometric.utils import remove_self_loops, to_undirected
 
 from gnnpipe.datasets.splits import stratified_masks
 
+__all__ = ["CLASSES", "FILES", "FOLDER", "read_facebook"]
+
 FOLDER = "musae-facebook"
 FILES = ("facebook_edges.csv", "facebook_target.csv", "facebook.json")
 #: ``y``'s class ids: the ``page_type`` values in alphabetical order.

@@ -12,6 +12,8 @@ import os
 import pickle
 from typing import Any
 
+__all__ = ["RefusedPickle", "load_planetoid_pickle"]
+
 _ALLOWED = {
     ("numpy", "dtype"),
     ("numpy", "ndarray"),

@@ -13,6 +13,8 @@ import torch
 
 from gnnpipe.core import checks as check
 
+__all__ = ["MASKS", "RANDOM_SHARES", "masks_from_split", "stratified_masks"]
+
 MASKS = ("train_mask", "val_mask", "test_mask")
 #: ``split="random"``: shares of the nodes in train, val and test.
 RANDOM_SHARES = {"train": 0.6, "val": 0.2, "test": 0.2}
@@ -40,8 +42,8 @@ def masks_from_split(split: Any, num_nodes: int, seed: Any = 0) -> dict[str, tor
                         f"'test', got {type(split).__name__}")
     parts = _named_parts(split)
     if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in parts.values()):
-        return random_masks(num_nodes, parts, seed)
-    return {f"{k}_mask": index_mask(f"split[{k!r}]", v, num_nodes) for k, v in parts.items()}
+        return _random_masks(num_nodes, parts, seed)
+    return {f"{k}_mask": _index_mask(f"split[{k!r}]", v, num_nodes) for k, v in parts.items()}
 
 
 def _named_parts(split: Mapping) -> dict[str, Any]:
@@ -53,7 +55,7 @@ def _named_parts(split: Mapping) -> dict[str, Any]:
     return parts
 
 
-def index_mask(name: str, ids: Any, num_nodes: int) -> torch.Tensor:
+def _index_mask(name: str, ids: Any, num_nodes: int) -> torch.Tensor:
     """A boolean mask of ``num_nodes`` from node ids (tensor, array, list) or a boolean mask."""
     arr = ids.detach().cpu().numpy() if torch.is_tensor(ids) else np.asarray(ids)
     if arr.size == 0:
@@ -75,7 +77,7 @@ def index_mask(name: str, ids: Any, num_nodes: int) -> torch.Tensor:
     return _mask(t, num_nodes)
 
 
-def random_masks(num_nodes: int, shares: Mapping[str, Any], seed: Any) -> dict[str, torch.Tensor]:
+def _random_masks(num_nodes: int, shares: Mapping[str, Any], seed: Any) -> dict[str, torch.Tensor]:
     """Disjoint masks of ``floor(share · n)`` nodes each, from one seeded permutation (train
     first, then val, then test); shares summing below 1 leave the other nodes out."""
     check.integer("seed", seed, 0)

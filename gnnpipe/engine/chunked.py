@@ -23,6 +23,9 @@ from gnnpipe.engine.message_passing import MessageGraphs, chunk_message_passing
 from gnnpipe.engine.single import LAYER_RNG_KEY, chunk_loss, keyed_dropout, mask_seed
 from gnnpipe.nn import LayerStack
 
+__all__ = ["ChunkContext", "LayerBuffers", "RowSync", "StageExecutor", "boundary_rows",
+           "chunk_order"]
+
 logger = logging.getLogger(__name__)
 
 

@@ -24,6 +24,17 @@ from torch import Tensor
 
 from gnnpipe.engine.single import evaluates
 
+__all__ = [
+    "DENORMALS_VAR",
+    "Checkpointable",
+    "EpochCallback",
+    "EpochProgram",
+    "denormals_flushed",
+    "drive",
+    "flushed_denormals",
+    "owned",
+]
+
 #: Called with each epoch's record once the epoch is done; returning True stops the run there.
 EpochCallback = Callable[[dict[str, Any]], bool]
 

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+__all__ = ["Adjacency", "ChunkRows", "GatherSpace", "RowBlock", "SpMM", "chunk_rows", "coo_to_csr",
+           "normalized_adjacency"]
+
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 

@@ -19,6 +19,8 @@ from gnnpipe.engine.graph import Adjacency
 from gnnpipe.engine.single import evaluate
 from gnnpipe.nn import LayerStack
 
+__all__ = ["LocalEngine", "stage_ranges"]
+
 
 def stage_ranges(num_blocks: int, stages: int) -> list[tuple[int, int]]:
     """Split ``num_blocks`` blocks into ``stages`` contiguous ranges, as even as possible."""

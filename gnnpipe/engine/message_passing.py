@@ -27,6 +27,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+__all__ = ["MessageGraphs", "Seed", "check_exact_in_graph_mode", "check_module",
+           "chunk_message_passing", "full_message_passing", "halo_message_passing",
+           "return_halo_grads"]
+
 #: Message-passing layers that look further than one hop or need more than ``(x, edge_index)``.
 _REFUSED = {
     "SGConv": "propagates K hops", "SSGConv": "propagates K hops", "APPNP": "propagates K hops",
@@ -55,7 +59,7 @@ def check_module(module: Any, where: str = "module") -> None:
                          f"GINConv, GATConv, ...)")
 
 
-def inner_dropout(module: nn.Module, where: str = "module") -> str | None:
+def _inner_dropout(module: nn.Module, where: str = "module") -> str | None:
     """The path of a part of ``module`` that drops out inside the layer (GATConv's attention
     dropout, an nn.Dropout in an inner MLP), or None."""
     for path, sub in module.named_modules():
@@ -68,7 +72,7 @@ def inner_dropout(module: nn.Module, where: str = "module") -> str | None:
 
 def check_exact_in_graph_mode(module: nn.Module, where: str) -> None:
     """Graph parallelism equals single: refuse a layer whose own dropout it cannot reproduce."""
-    part = inner_dropout(module, where)
+    part = _inner_dropout(module, where)
     if part is not None:
         raise ValueError(f"{part}: drops out inside the layer, over each partition's own edges, "
                          f"which mode 'graph' cannot make equal to the whole graph's masks; set "
@@ -100,7 +104,7 @@ def _variant(module: nn.Module) -> tuple[Any, ...]:
 
 
 @dataclass
-class LocalGraph:
+class _LocalGraph:
     """Edges into targets ``lo:hi``: local ids ``0:hi-lo`` are the targets, then ``others``."""
 
     num_targets: int
@@ -110,8 +114,8 @@ class LocalGraph:
     variant: tuple[Any, ...]
 
 
-def local_graph(edge_index: Tensor, weight: Tensor | None, lo: int, hi: int, variant: tuple,
-                others: Tensor | None = None) -> LocalGraph:
+def _local_graph(edge_index: Tensor, weight: Tensor | None, lo: int, hi: int, variant: tuple,
+                others: Tensor | None = None) -> _LocalGraph:
     """Cut the edges into rows ``lo:hi`` out of ``edge_index`` and renumber them locally; the
     other sources are ``others`` if given (a graph-parallel halo, sorted), else found here."""
     tgt_row = 1 if variant[1] == "source_to_target" else 0
@@ -125,11 +129,11 @@ def local_graph(edge_index: Tensor, weight: Tensor | None, lo: int, hi: int, var
     position = torch.searchsorted(others, outside)
     if outside.numel() and (int(position.max()) >= others.numel()
                             or not torch.equal(others[position], outside)):
-        raise RuntimeError("local_graph: an edge's source is missing from the halo")
+        raise RuntimeError("_local_graph: an edge's source is missing from the halo")
     local_src = src - lo
     local_src[~inside] = (hi - lo) + position
     pair = [local_src, tgt - lo] if tgt_row == 1 else [tgt - lo, local_src]
-    return LocalGraph(hi - lo, others, torch.stack(pair), None if weight is None else weight[keep],
+    return _LocalGraph(hi - lo, others, torch.stack(pair), None if weight is None else weight[keep],
                       variant)
 
 
@@ -150,7 +154,7 @@ class MessageGraphs:
     halo: Tensor | None = None
     pushed: dict[tuple[int, int], Tensor] = field(default_factory=dict)
     _full: dict[tuple, tuple[Tensor, Tensor | None]] = field(default_factory=dict)
-    _local: dict[tuple, LocalGraph] = field(default_factory=dict)
+    _local: dict[tuple, _LocalGraph] = field(default_factory=dict)
 
     def to(self, device: torch.device | str) -> MessageGraphs:
         halo = None if self.halo is None else self.halo.to(device)
@@ -168,18 +172,18 @@ class MessageGraphs:
             self._full[variant] = (ei, weight)
         return self._full[variant]
 
-    def local(self, module: nn.Module, chunk: int) -> LocalGraph:
+    def local(self, module: nn.Module, chunk: int) -> _LocalGraph:
         variant = _variant(module)
         if (variant, chunk) not in self._local:
             check_module(module)
             ei, weight = self.full(variant)
-            self._local[variant, chunk] = local_graph(
+            self._local[variant, chunk] = _local_graph(
                 ei, weight, int(self.bounds[chunk]), int(self.bounds[chunk + 1]), variant, self.halo)
         return self._local[variant, chunk]
 
 
 @contextmanager
-def _normalised_already(module: nn.Module, graph: LocalGraph):
+def _normalised_already(module: nn.Module, graph: _LocalGraph):
     """Turn the module's own normalisation off while it gets full-graph edge weights."""
     if graph.variant[0] != "gcn":
         yield
@@ -195,17 +199,17 @@ def _normalised_already(module: nn.Module, graph: LocalGraph):
 Seed = Callable[[], int]
 
 
-def layer_seed(module: nn.Module, seed: Seed | None) -> int | None:
+def _layer_seed(module: nn.Module, seed: Seed | None) -> int | None:
     """``seed()`` if ``module`` is training and drops out inside itself, else None."""
-    if seed is None or not module.training or inner_dropout(module) is None:
+    if seed is None or not module.training or _inner_dropout(module) is None:
         return None
     return seed()
 
 
-def call_module(module: nn.Module, x: Tensor, graph: LocalGraph, seed: Seed | None) -> Tensor:
+def _call_module(module: nn.Module, x: Tensor, graph: _LocalGraph, seed: Seed | None) -> Tensor:
     """``module(x, edge_index)`` on the local graph (its own randomness seeded by ``seed``); the
     targets' output rows."""
-    with _normalised_already(module, graph), _keyed_rng(layer_seed(module, seed), x.device):
+    with _normalised_already(module, graph), _keyed_rng(_layer_seed(module, seed), x.device):
         if graph.edge_weight is None:
             out = module(x, graph.edge_index)
         else:
@@ -224,7 +228,7 @@ def full_message_passing(module: nn.Module, h: Tensor, edge_index: Tensor | None
         raise RuntimeError("message_passing: this adjacency has no edge_index; build it with "
                            "gnnpipe.engine.graph.normalized_adjacency")
     check_module(module)
-    with _keyed_rng(layer_seed(module, seed), h.device):
+    with _keyed_rng(_layer_seed(module, seed), h.device):
         out = module(h, edge_index)
     if not isinstance(out, Tensor) or out.dim() != 2 or out.size(0) != h.size(0):
         raise TypeError(f"module: {type(module).__name__} must return one [nodes, width] tensor, "
@@ -309,7 +313,7 @@ def chunk_message_passing(cctx: Any, module: nn.Module, h: Tensor, key: int,
         src = src.detach().requires_grad_(True)
         src.register_hook(_pusher(buf.dZ, ex.message_graphs, module, key, cctx.chunk,
                                   ex.techniques.unbiased_grad, ex.sync, deferred))
-    return call_module(module, torch.cat([h, src]), graph, seed)
+    return _call_module(module, torch.cat([h, src]), graph, seed)
 
 
 # --------------------------------------------------------------------------- graph parallel
@@ -357,4 +361,4 @@ def halo_message_passing(gctx: Any, module: nn.Module, h: Tensor, key: int) -> T
         x = _HaloRows.apply(h, gctx)
     else:
         x = torch.cat([h, gctx.exchange(h, gctx.kind)])
-    return call_module(module, x, graph, None)
+    return _call_module(module, x, graph, None)

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.engine.single import FullGraphContext
+from gnnpipe.nn import Block
+
+if TYPE_CHECKING:
+    from gnnpipe.nn import BlockList
+
+__all__ = ["AggregationCall", "probe_calls"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ class _Recorder:
         return h
 
 
-def probe_calls(blocks: Sequence[nn.Module], in_dim: int,
+def probe_calls(blocks: Sequence[Block] | BlockList, in_dim: int,
                 set_dims: bool = False) -> list[list[AggregationCall]]:
     """Per block, its aggregation calls on a 4-node ring with ``in_dim`` random features.
 

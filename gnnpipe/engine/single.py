@@ -16,6 +16,19 @@ from gnnpipe.engine.graph import Adjacency, SpMM
 from gnnpipe.engine.message_passing import full_message_passing
 from gnnpipe.nn import LayerStack
 
+__all__ = [
+    "LAYER_RNG_KEY",
+    "FullGraphContext",
+    "SingleProgram",
+    "chunk_loss",
+    "evaluate",
+    "evaluates",
+    "keyed_dropout",
+    "mask_seed",
+    "metrics",
+    "train_epoch",
+]
+
 
 def mask_seed(seed: int, epoch: int, chunk: int, key: int) -> int:
     """A 63-bit generator seed for the dropout mask keyed by (seed, epoch, chunk, layer key)."""

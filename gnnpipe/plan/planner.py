@@ -22,6 +22,9 @@ from gnnpipe.plan.stages import Fits, split_stages
 from gnnpipe.schedule import gnnpipe as gnnpipe_schedule
 from gnnpipe.schedule.simulator import simulate
 
+__all__ = ["DEFAULT_LATENCY", "MAX_CHUNKS", "PLAN_FORMAT", "Plan", "chunk_candidates", "plan",
+           "predict"]
+
 #: Seconds each point-to-point message costs besides its bytes (gloo latency, Python).
 DEFAULT_LATENCY = 1e-4
 MAX_CHUNKS = 64

@@ -34,6 +34,16 @@ from gnnpipe.engine.graph import chunk_rows, normalized_adjacency
 from gnnpipe.nn import LayerStack, check_stack
 from gnnpipe.partition import chunk as make_chunks
 
+__all__ = [
+    "BYTES_PER_VALUE",
+    "WORKER_WARMUP",
+    "BlockCost",
+    "Profile",
+    "check_inputs",
+    "profile_model",
+    "profile_on_workers",
+]
+
 BYTES_PER_VALUE = 4  # fp32
 #: Unmeasured epochs before the timed ones on Dask workers: a worker's first two chunked epochs
 #: run slower than its steady ones (measured 3× and 1.2×: its heap and allocator thresholds

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 
 from gnnpipe.core.units import format_bytes
 
+__all__ = ["Fits", "split_stages"]
+
 Fits = Callable[[int, int], bool]
 
 

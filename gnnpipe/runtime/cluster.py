@@ -15,6 +15,9 @@ from distributed.core import Server
 from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import RankNanny, rank_environment
 
+__all__ = ["Cluster", "check_cluster", "check_gpus", "free_port", "gpu_ids", "local_ranks",
+           "resolve"]
+
 logger = logging.getLogger(__name__)
 
 
@@ -75,15 +78,37 @@ class Cluster:
 
     def workers(self) -> list[str]:
         """Addresses of the workers now connected, sorted (a run takes those free of other
-        gnnpipe runs, idle ones first, in this order)."""
-        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        gnnpipe runs, idle ones first, in this order).
+
+        Asked of the scheduler itself: ``Client.scheduler_info()`` returns the client's cached
+        identity, which its periodic refresh (``distributed.client.scheduler-info-interval``)
+        overwrites with one listing no workers, so it could read 0 workers on a full cluster."""
+        info = self.client.sync(self.client.scheduler.identity, n_workers=-1)
+        return sorted(info["workers"])
 
     def ready(self, world: int, timeout: float = 120.0) -> list[str]:
-        """The workers, after waiting up to ``timeout`` s for ``world`` of them when this local
-        cluster is still bringing back workers restarted after a failure."""
-        if self.size is not None and self.size >= world:
+        """The workers, after waiting up to ``timeout`` s for ``world`` of them: a local cluster
+        may still be bringing back workers restarted after a failure, a remote one may still be
+        starting or restarting its workers. A local cluster smaller than ``world`` is not
+        waited for (it never grows)."""
+        if self.size is None or self.size >= world:
             self._await_workers(world, timeout)
         return self.workers()
+
+    def require(self, world: int, timeout: float) -> list[str]:
+        """:meth:`ready`, or a ``ValueError`` naming how many workers there were after how long
+        when fewer than ``world`` (one per rank) are connected by then."""
+        started = time.monotonic()
+        workers = self.ready(world, timeout)
+        if len(workers) >= world:
+            return workers
+        if self.size is not None and self.size < world:
+            found = f"this local cluster has {len(workers)} of its {self.size}"
+        else:
+            waited = time.monotonic() - started
+            found = (f"the cluster has {len(workers)} after waiting {waited:.0f} s "
+                     f"(timeout={timeout:g} s)")
+        raise ValueError(f"cluster: the run needs {world} workers (one per rank), {found}")
 
     def restart(self, workers: list[str] | None = None) -> None:
         """Restart ``workers`` only (frees a failed run's ranks stuck in a collective, leaving
@@ -92,26 +117,32 @@ class Cluster:
             self.client.restart(wait_for_workers=False)
         else:
             self.client.restart_workers(workers, timeout=120, raise_for_error=False)
-        if self.size is not None:
-            self._await_workers(self.size, 180.0)
+        if self.size is not None and not self._await_workers(self.size, 180.0):
+            logger.warning("only %d of %d workers came back", len(self.workers()), self.size)
 
-    def _await_workers(self, n: int, timeout: float) -> None:
-        """Wait for ``n`` workers of the local cluster, re-creating any it gave up on: a worker
-        whose process stays away longer than ``distributed.deploy.lost-worker-timeout`` (a
-        killed one restarting slowly on a loaded machine) is dropped for good by ``LocalCluster``
-        unless it is scaled back up."""
+    def _await_workers(self, n: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for ``n`` workers (True once they are there). A local
+        cluster re-creates any worker it gave up on: one whose process stays away longer than
+        ``distributed.deploy.lost-worker-timeout`` (a killed one restarting slowly on a loaded
+        machine) is dropped for good by ``LocalCluster`` unless it is scaled back up."""
         deadline = time.monotonic() + timeout
-        while len(self.workers()) < n:
+        logged = False
+        while (found := len(self.workers())) < n:
             left = deadline - time.monotonic()
             if left <= 0:
-                logger.warning("only %d of %d workers came back", len(self.workers()), n)
-                return
-            with rank_environment(self.threads_per_worker):
-                self._local.scale(self.size)  # type: ignore[union-attr]
+                return False
+            if not logged:
+                logger.info("waiting up to %.0f s for %d workers, %d are connected", left, n,
+                            found)
+                logged = True
+            if self._local is not None:
+                with rank_environment(self.threads_per_worker):
+                    self._local.scale(self.size)
             try:
                 self.client.wait_for_workers(n, timeout=min(left, 10.0))
             except TimeoutError:
                 continue
+        return True
 
     def close(self) -> None:
         self.client.close()

@@ -13,6 +13,8 @@ from torch import Tensor
 
 from gnnpipe.core.timeline import OpEvent
 
+__all__ = ["TRAINING_KINDS", "Comm", "PendingRecv"]
+
 #: Byte kinds that count towards the per-epoch training volume (DESIGN.md §4 formulas).
 TRAINING_KINDS = ("activation", "gradient", "halo", "halo_grad", "boundary", "boundary_grad")
 

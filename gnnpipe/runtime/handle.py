@@ -19,7 +19,38 @@ from gnnpipe.runtime.cluster import Cluster
 from gnnpipe.runtime.launch import RankFailure, launch
 from gnnpipe.runtime.spec import JobSpec, RankResult
 
+__all__ = ["DistributedRun"]
+
 logger = logging.getLogger(__name__)
+
+_training: set[DistributedRun] = set()  # runs whose thread has not ended yet
+_training_lock = threading.Lock()
+
+
+def _stop_at_exit() -> None:
+    """When the main thread ends (``threading._shutdown``, before the interpreter joins the
+    runs' non-daemon threads and before the ``atexit`` handlers where Dask closes its clusters
+    and clients): stop the runs still training at their next epoch boundary and wait until
+    each closed its cluster. Else a run's thread would close its cluster while the interpreter
+    finalizes (Dask's ``sync`` then fails: ``UnboundLocalError``), or keep the script alive
+    until its last epoch."""
+    with _training_lock:
+        runs = list(_training)
+    for run in runs:
+        if not run._stopping:
+            logger.warning("the script ends while %s trains: stopping it at the next epoch "
+                           "boundary (run.wait() lets it finish)", run.spec.topic)
+        try:
+            run.stop()
+        except Exception as exc:  # noqa: BLE001 - its cluster may be gone; join it anyway
+            logger.warning("stopping %s at exit failed: %s", run.spec.topic, exc)
+    for run in runs:
+        run._thread.join()
+
+
+# Private but kept since Python 3.9 for the same need (concurrent.futures joins its workers
+# with it); without it the non-daemon threads still end before finalization, only later.
+getattr(threading, "_register_atexit", lambda _: None)(_stop_at_exit)
 
 
 class DistributedRun(RunResults):
@@ -53,8 +84,13 @@ class DistributedRun(RunResults):
         self.peak_rss: dict[int, int] = {}
         self.workers: list[str] = []  # rank r ran on workers[r] (set when the run ends)
         self._stop = Event(spec.stop_event, client=cluster.client)
+        self._stopping = False  # stop() was called
+        self._ended = False  # set under _control before the thread unsubscribes and closes
+        self._control = threading.Lock()
         cluster.client.subscribe_topic(spec.topic, self._on_event)
-        self._thread = threading.Thread(target=self._main, name=f"gnnpipe-{spec.topic}", daemon=True)
+        # Not a daemon: the interpreter never finalizes under a thread that still closes its
+        # cluster (_stop_at_exit stops it first, so the script does not wait for every epoch).
+        self._thread = threading.Thread(target=self._main, name=f"gnnpipe-{spec.topic}")
 
     # ------------------------------------------------------------------ the result, live
     @property
@@ -96,8 +132,13 @@ class DistributedRun(RunResults):
         return self
 
     def stop(self) -> None:
-        """Ask every rank to stop at the end of the current epoch."""
-        self._stop.set()
+        """Ask every rank to stop at the end of the current epoch; nothing once the run ended
+        (its stop event lives on a scheduler that an owned cluster has closed by then)."""
+        with self._control:
+            if self._ended:
+                return
+            self._stopping = True
+            self._stop.set()
 
     def subscribe(self, callback: Any) -> None:
         """Call ``callback(record, ops)`` for every epoch a rank reports from now on (on the
@@ -106,6 +147,8 @@ class DistributedRun(RunResults):
             self._listeners.append(callback)
 
     def start(self) -> DistributedRun:
+        with _training_lock:
+            _training.add(self)
         self._thread.start()
         return self
 
@@ -131,11 +174,15 @@ class DistributedRun(RunResults):
         except BaseException as exc:  # noqa: BLE001 - handed to wait(), which re-raises it
             self._error = exc
         finally:
+            with self._control:  # from here on stop() does nothing
+                self._ended = True
             try:
                 self.cluster.client.unsubscribe_topic(self.spec.topic)
                 if self._owned:
                     self.cluster.close()
             finally:
+                with _training_lock:
+                    _training.discard(self)
                 self._finished.set()
 
     def _attempts(self) -> list[RankResult]:
@@ -155,7 +202,8 @@ class DistributedRun(RunResults):
                 manifest = (ckpt.latest(root) if root else None) or self._recovery.resume
                 number += 1
                 self._begin(number, manifest, failure)
-                self.cluster.ready(self.spec.world)  # a local cluster brings killed workers back
+                # a local cluster brings killed workers back (launch requires them)
+                self.cluster.ready(self.spec.world, self.spec.job.timeout)
 
     def _begin(self, number: int, manifest: ckpt.Manifest | None,
                failure: RankFailure | None = None) -> None:

@@ -20,6 +20,8 @@ from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.pipeline import PipelineStage
 from gnnpipe.runtime.spec import JobSpec
 
+__all__ = ["HybridStage", "WaySync", "hybrid_program"]
+
 
 class WaySync:
     """Shares a stage's freshly written boundary rows with the same stage in the other ways."""

@@ -16,6 +16,8 @@ from gnnpipe.runtime.placement import claim, claim_lock, probe, rank_key, rank_p
 from gnnpipe.runtime.rank import run_rank
 from gnnpipe.runtime.spec import Attempt, JobSpec, RankResult
 
+__all__ = ["Failure", "FailureKind", "RankFailure", "launch", "new_topic"]
+
 logger = logging.getLogger(__name__)
 
 _GRACE_S = 1.0  # after a rank's own error, wait this long for an earlier root cause
@@ -73,9 +75,7 @@ def launch(spec: JobSpec, cluster: Cluster, number: int = 0,
     resuming from the checkpoint folder ``resume`` if given); raise :class:`RankFailure` naming
     the first rank that failed (a dead worker first, then a rank's own error or a hung rank,
     over its peers' fallout)."""
-    n = len(cluster.ready(spec.world, spec.job.timeout))  # a local cluster's view may lag a restart
-    if n < spec.world:
-        raise ValueError(f"cluster: the run needs {spec.world} workers, the cluster has {n}")
+    cluster.require(spec.world, spec.job.timeout)  # a restarted worker may not be back yet
     topic = f"{spec.topic}-{number}" if number else spec.topic  # fresh task keys per attempt
     workers, futures = claim(
         cluster.client, spec.world, spec.job.timeout,

@@ -19,6 +19,8 @@ from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm, PendingRecv
 from gnnpipe.runtime.spec import JobSpec
 
+__all__ = ["PipelineStage", "pipeline_program"]
+
 
 class _NoParameters:
     """The optimizer of a stage whose blocks have no parameters (Adam refuses an empty list):

@@ -16,6 +16,8 @@ from typing import Any
 
 from distributed import Client, Future, Lock
 
+__all__ = ["CLAIM_LOCK", "claim", "claim_lock", "probe", "rank_key", "rank_prefix"]
+
 logger = logging.getLogger(__name__)
 
 CLAIM_LOCK = "gnnpipe-claim"
@@ -34,7 +36,7 @@ def rank_key(topic: str, rank: int) -> str:
     return f"{rank_prefix(topic)}{rank}"
 
 
-def is_rank_key(key: Any) -> bool:
+def _is_rank_key(key: Any) -> bool:
     return isinstance(key, str) and key.startswith("gnnpipe-") and "-rank" in key
 
 
@@ -43,11 +45,11 @@ def claim_lock(client: Client) -> Lock:
     return Lock(CLAIM_LOCK, scheduler_rpc=client.scheduler, loop=client.loop)
 
 
-def free_workers(client: Client) -> list[str]:
+def _free_workers(client: Client) -> list[str]:
     """Workers holding no gnnpipe rank: idle ones first, then ones busy with other tasks, each
     group by address (so a lone run on an idle cluster takes the first workers)."""
     processing = client.processing()
-    free = [w for w, keys in processing.items() if not any(is_rank_key(k) for k in keys)]
+    free = [w for w, keys in processing.items() if not any(_is_rank_key(k) for k in keys)]
     return sorted(free, key=lambda w: (bool(processing[w]), w))
 
 
@@ -62,7 +64,7 @@ def claim(client: Client, world: int, timeout: float,
         left = deadline - time.monotonic()
         if left > 0 and lock.acquire(timeout=left):
             try:
-                free = free_workers(client)
+                free = _free_workers(client)
                 if len(free) >= world:
                     futures = submit(free[:world])
                     _await_listed(client, futures)
@@ -76,7 +78,7 @@ def claim(client: Client, world: int, timeout: float,
                 waiting = True
         if time.monotonic() >= deadline:
             raise TimeoutError(f"cluster: the run needs {world} workers free of other gnnpipe "
-                               f"runs, got {len(free_workers(client))} free after waiting "
+                               f"runs, got {len(_free_workers(client))} free after waiting "
                                f"timeout={timeout:g} s")
         time.sleep(_POLL_S)
 
@@ -91,7 +93,7 @@ def _await_listed(client: Client, futures: list[Future]) -> None:
         time.sleep(0.05)
 
 
-def rank_threads(prefix: str, dask_worker: Any = None) -> dict[str, bool]:
+def _rank_threads(prefix: str, dask_worker: Any = None) -> dict[str, bool]:
     """Run on a worker (``client.run``): each task whose key starts with ``prefix`` that a thread
     still executes (even after its future was cancelled), and whether that thread is waiting on
     a peer (inside torch.distributed or ``Comm``) rather than in its own code."""
@@ -106,13 +108,13 @@ def rank_threads(prefix: str, dask_worker: Any = None) -> dict[str, bool]:
 
 
 def probe(client: Client, workers: list[str], prefix: str) -> dict[str, bool]:
-    """:func:`rank_threads` over ``workers`` (those still connected), merged by key."""
+    """:func:`_rank_threads` over ``workers`` (those still connected), merged by key."""
     alive = set(client.scheduler_info(n_workers=-1)["workers"])
     targets = [w for w in workers if w in alive]
     if not targets:
         return {}
     try:
-        found = client.run(rank_threads, prefix, workers=targets, on_error="return")
+        found = client.run(_rank_threads, prefix, workers=targets, on_error="return")
     except Exception as exc:  # noqa: BLE001 - a worker leaving mid-probe: nothing to report
         logger.debug("probing the ranks failed: %s", exc)
         return {}

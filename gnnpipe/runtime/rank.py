@@ -29,6 +29,8 @@ from gnnpipe.runtime.spec import Attempt, JobSpec, RankResult
 from gnnpipe.runtime.store import bind_transport, rendezvous, worker_host
 from gnnpipe.runtime.workerenv import release_freed_memory
 
+__all__ = ["PROGRAMS", "EpochReporter", "run_rank"]
+
 logger = logging.getLogger(__name__)
 
 

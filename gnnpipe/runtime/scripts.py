@@ -18,6 +18,8 @@ from types import FrameType
 
 import dask
 
+__all__ = ["check_main_guard"]
+
 #: Names a script's module-level code runs under: as the main script, or re-imported by spawn.
 _MAIN_NAMES = ("__main__", "__mp_main__")
 

@@ -37,10 +37,7 @@ def start_distributed(model: LayerStack, data: Data, job: TrainConfig, cluster: 
                    bounds=parts.bounds.tolist(), node_order=ckpt.node_order(parts))
     handle, owned = resolve(cluster, job.world)
     try:
-        workers = handle.ready(job.world)
-        if len(workers) < job.world:
-            raise ValueError(f"cluster: the run needs {job.world} workers (one per rank), the "
-                             f"cluster has {len(workers)}")
+        workers = handle.require(job.world, job.timeout)  # workers may still be (re)starting
         check_workers(handle.client, workers, handle.threads_per_worker)  # ranks may go to any
         ranks = workers[:job.world]  # where they go on an idle cluster
         if job.device == "cuda":

@@ -16,6 +16,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+__all__ = ["address_host", "bind_transport", "interface_of", "rendezvous", "worker_host"]
+
 logger = logging.getLogger(__name__)
 
 #: The variable naming each backend's interface, and how its value is spelt (``=`` makes NCCL

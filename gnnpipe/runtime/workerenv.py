@@ -25,6 +25,9 @@ from typing import Any
 import dask
 from distributed import Nanny
 
+__all__ = ["COSTS", "MALLOC_VAR", "RankNanny", "WorkerEnvironment", "check_workers",
+           "inspect_worker", "rank_environment", "release_freed_memory"]
+
 logger = logging.getLogger(__name__)
 
 MALLOC_VAR = "MALLOC_TRIM_THRESHOLD_"
@@ -40,7 +43,7 @@ COSTS = {
 
 def release_freed_memory() -> bool:
     """Hand the memory glibc keeps from freed tensors back to the OS (``malloc_trim(0)``);
-    whether it could. Without a trim threshold (:func:`worker_config`) a worker keeps the heap
+    whether it could. Without a trim threshold (:func:`_worker_config`) a worker keeps the heap
     of its last run, and a rank's peak, counted from the resident size it starts at, would
     include it. Not glibc: nothing to do."""
     name = ctypes.util.find_library("c")
@@ -54,7 +57,7 @@ def release_freed_memory() -> bool:
     return True
 
 
-def worker_config(threads: int) -> dict[str, Any]:
+def _worker_config(threads: int) -> dict[str, Any]:
     """Dask config for the workers gnnpipe starts: no trim threshold, no statistical profiler,
     ``threads`` OpenMP/MKL/OpenBLAS threads (torch's intra-op pool) per rank."""
     env = "distributed.nanny.pre-spawn-environ"
@@ -87,7 +90,7 @@ def _drop_leaked_malloc_setting() -> None:
 
 @contextlib.contextmanager
 def rank_environment(threads: int) -> Iterator[None]:
-    """Within this block, Dask nannies created here start workers in :func:`worker_config`'s
+    """Within this block, Dask nannies created here start workers in :func:`_worker_config`'s
     environment (a nanny keeps it for the restarts of its worker). A nanny prefers this
     process's own variables to its config, so the thread counts are set here for the block
     and restored afterwards."""
@@ -95,7 +98,7 @@ def rank_environment(threads: int) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in _THREAD_VARS}
     os.environ.update({k: str(threads) for k in _THREAD_VARS})
     try:
-        with dask.config.set(worker_config(threads)):
+        with dask.config.set(_worker_config(threads)):
             yield
     finally:
         for key, value in saved.items():

@@ -6,7 +6,7 @@ import math
 import numbers
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import pandas as pd
 
@@ -19,37 +19,55 @@ OpKey = tuple[str, int, int, int]
 
 
 class _Op(Protocol):
-    """What the simulator reads of an op (:class:`gnnpipe.schedule.Op`)."""
+    """What the simulator reads of an op (:class:`gnnpipe.schedule.Op`), read-only."""
 
-    kind: str
-    stage: int
-    chunk: int
-    way: int
-    deps: tuple[OpKey, ...]
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def stage(self) -> int: ...
+
+    @property
+    def chunk(self) -> int: ...
+
+    @property
+    def way(self) -> int: ...
+
+    @property
+    def deps(self) -> tuple[OpKey, ...]: ...
 
     @property
     def key(self) -> OpKey: ...
 
 
+#: The op type of a schedule, so that a cost function may take the schedule's own ops.
+OpT = TypeVar("OpT", bound=_Op)
+OpT_co = TypeVar("OpT_co", bound=_Op, covariant=True)
+
+
 @runtime_checkable
-class _Schedule(Protocol):
+class _Schedule(Protocol[OpT_co]):
     """What the simulator reads of a schedule (:class:`gnnpipe.schedule.Schedule`): the
     simulator sits below the schedules, which render themselves by simulating."""
 
-    name: str
-    ranks: tuple[tuple[_Op, ...], ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ranks(self) -> tuple[tuple[OpT_co, ...], ...]: ...
 
     @property
     def num_ranks(self) -> int: ...
 
-    def ops(self) -> Iterator[_Op]: ...
+    def ops(self) -> Iterator[OpT_co]: ...
 
 #: Op costs in seconds: one number, a mapping keyed by ``kind``, ``(kind, stage)`` or
 #: ``(kind, stage, chunk)`` (most specific wins), or a callable ``op -> seconds``.
-Costs = float | Mapping[object, float] | Callable[[_Op], float]
+Costs = float | Mapping[object, float] | Callable[[OpT], float]
 
 
-def simulate(schedule: _Schedule, costs: Costs, comm: float | None = None) -> Timeline:
+def simulate(schedule: _Schedule[OpT], costs: Costs[OpT],
+             comm: float | None = None) -> Timeline:
     """Predict when every op of ``schedule`` runs.
 
     Each rank runs its ops in list order; an op starts at the latest of the time its
@@ -80,7 +98,7 @@ def simulate(schedule: _Schedule, costs: Costs, comm: float | None = None) -> Ti
     delay = _check_seconds("comm", 0.0 if comm is None else comm)
     ops = list(schedule.ops())
     rank_of = [r for r, rank_ops in enumerate(schedule.ranks) for _ in rank_ops]
-    index = {op.key: i for i, op in enumerate(ops)}
+    index: dict[tuple[object, ...], int] = {op.key: i for i, op in enumerate(ops)}
     preds: list[list[int]] = [[index[tuple(d)] for d in op.deps] for op in ops]
     prev_on_rank = [i - 1 if i > 0 and rank_of[i - 1] == rank_of[i] else -1
                     for i in range(len(ops))]
@@ -115,8 +133,8 @@ def simulate(schedule: _Schedule, costs: Costs, comm: float | None = None) -> Ti
     return Timeline(frame)
 
 
-def _deadlock_message(schedule: _Schedule, ops: list[_Op], rank_of: list[int],
-                      end: list[float], index: dict[OpKey, int]) -> str:
+def _deadlock_message(schedule: _Schedule[OpT], ops: list[OpT], rank_of: list[int],
+                      end: list[float], index: dict[tuple[object, ...], int]) -> str:
     """Describe, per stuck rank, the first op it cannot run and what that op waits for."""
     stuck = []
     for r in range(schedule.num_ranks):
@@ -147,7 +165,7 @@ def _check_kinds(table: dict) -> None:
                              f"(kind, stage) or (kind, stage, chunk) with kind one of {SCHEDULE_KINDS}")
 
 
-def _cost_function(costs: Costs) -> Callable[[_Op], float]:
+def _cost_function(costs: Costs[OpT]) -> Callable[[OpT], float]:
     """Turn ``costs`` into a checked ``op -> seconds`` function."""
     if isinstance(costs, numbers.Real) and not isinstance(costs, bool):
         seconds = _check_seconds("costs", costs)
@@ -156,7 +174,7 @@ def _cost_function(costs: Costs) -> Callable[[_Op], float]:
         table = dict(costs)
         _check_kinds(table)
 
-        def lookup(op: _Op) -> float:
+        def lookup(op: OpT) -> float:
             for key in ((op.kind, op.stage, op.chunk), (op.kind, op.stage), op.kind):
                 if key in table:
                     return _check_seconds(f"costs[{key!r}]", table[key])
