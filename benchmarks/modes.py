@@ -14,7 +14,7 @@ worker's lifetime peak). Every process uses one torch thread.
 
 Part 2 (no training) compares ``gp.comm_volume`` of ``graph`` (4 METIS parts) and
 ``pipeline`` (4 stages) for GCN-32 and GCNII-32 on Cora and on synthetic 50K-node graphs of
-homophily 0.9 and 0.5, beside the formula ``L·M / ((S−1)·n)`` of DESIGN.md §4.
+homophily 0.9 and 0.5, beside the formula ``L·M / ((S−1)·n)`` of docs/design.md §5.
 
 Run (from the repository root)::
 

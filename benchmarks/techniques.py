@@ -1,4 +1,4 @@
-"""Ablation of GNNPipe's three convergence techniques (DESIGN.md §4) on Cora.
+"""Ablation of GNNPipe's three convergence techniques (docs/design.md §5) on Cora.
 
 Measures the test accuracy at the best validation epoch (``run.best["test_acc"]``) of a
 32-layer GCNII (hidden 64, alpha 0.1, theta 0.5, dropout 0.6) trained with ``mode="local"``,

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import holoviews as hv
 import pandas as pd
@@ -30,6 +30,9 @@ from gnnpipe.analysis.efficiency import Layout
 from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.run import HISTORY_COLUMNS
+
+if TYPE_CHECKING:
+    from panel.io.callbacks import PeriodicCallback
 
 __all__ = ["SLOW_VIEWS_PERIOD_S", "WINDOW_EPOCHS", "Dashboard", "LiveView"]
 
@@ -266,7 +269,9 @@ class Dashboard(param.Parameterized):
         selector = pn.widgets.IntSlider(label="epoch (timeline)", start=min(epochs, default=0),
                                         end=max(max(epochs, default=0), 1),
                                         value=max(epochs, default=0))
-        lanes = LiveView(lambda tl: self._timeline(tl, selector.value, num_ranks), timeline)
+        # an IntSlider given an int value holds an int (param types every value as optional)
+        lanes = LiveView(lambda tl: self._timeline(tl, cast(int, selector.value), num_ranks),
+                         timeline)
         predicted = (pn.pane.HoloViews(timeline_plot(self.predicted, title="predicted"),
                                        linked_axes=False) if self.predicted is not None else None)
         selector.param.watch(lambda _: lanes.update(session.timeline()), "value")
@@ -294,6 +299,7 @@ class Dashboard(param.Parameterized):
         ]
 
         redrawn = [time.monotonic()]
+        periodic: list[PeriodicCallback] = []  # the refresh's own callback, stopped at the end
 
         def refresh() -> None:
             if not session.poll():
@@ -321,11 +327,11 @@ class Dashboard(param.Parameterized):
                 kinds.update(comm)
                 ranks.update(tl)
             if session.final is not None:  # the run ended: this was the last update
-                layout._gnnpipe_callback.stop()
+                periodic[0].stop()
 
         layout = pn.Column(header, *cards, sizing_mode="stretch_width")
         if session.final is None:
-            layout._gnnpipe_callback = pn.state.add_periodic_callback(refresh, self.refresh_ms)
+            periodic.append(pn.state.add_periodic_callback(refresh, self.refresh_ms))
         return layout
 
     def _header(self, history: pd.DataFrame) -> str:
@@ -371,7 +377,7 @@ class Dashboard(param.Parameterized):
         """Jupyter displays a ``Dashboard`` that is a cell's value as its live layout."""
         return self.panel()._repr_mimebundle_(include, exclude)
 
-    def servable(self, title: str | None = None) -> pn.viewable.Viewable:  # type: ignore[override]
+    def servable(self, title: str | None = None) -> pn.viewable.Viewable:
         return self.panel().servable(title=title or self.title)
 
     def serve(self, port: int = 0, address: str = "127.0.0.1", show: bool = False) -> tuple[Any, str]:
@@ -391,7 +397,9 @@ class Dashboard(param.Parameterized):
     def save(self, path: str | Path) -> Path:
         """A static HTML snapshot (plots as they are now; no live updates)."""
         path = Path(path)
-        self.panel().save(str(path), resources="inline", embed=False)
+        from bokeh.resources import INLINE  # what panel makes of resources="inline"
+
+        self.panel().save(str(path), resources=INLINE, embed=False)
         return path
 
 

@@ -78,7 +78,7 @@ class Compare:
 
     def timelines(self) -> list[Any]:
         """Each run's last epoch as a stage timeline (a note for runs without one)."""
-        out = []
+        out: list[pn.viewable.Viewable] = []
         for name, (_, _, timeline) in zip(self.names, self.runs):
             epochs = timeline_epochs(timeline)
             if not epochs:

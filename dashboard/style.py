@@ -120,22 +120,16 @@ def legend_hook(items: Iterable[tuple[str, str]], title: str | None = None,
     items = list(items)
 
     def hook(plot: Any, element: Any) -> None:
-        from bokeh.models import (
-            ColumnDataSource,
-            Legend,
-            LegendItem,
-            LinearScale,
-            Range1d,
-            Scatter,
-        )
+        from bokeh.models import ColumnDataSource, LinearScale, Range1d, Scatter
+        from bokeh.models.annotations import Legend, LegendItem  # bokeh.models' types lack them
 
         fig = plot.state
         if any(getattr(r, "name", None) == LEGEND_NAME for r in fig.right):
             return  # a streamed plot runs its hooks on every update: one legend is enough
         # one undrawable point per item on ranges of its own (the plot's may be categorical):
         # the legend draws its glyph, the plot draws nothing
-        fig.extra_x_ranges = {**fig.extra_x_ranges, "legend": Range1d(0, 1)}
-        fig.extra_y_ranges = {**fig.extra_y_ranges, "legend": Range1d(0, 1)}
+        fig.extra_x_ranges = {**fig.extra_x_ranges, "legend": Range1d(start=0, end=1)}
+        fig.extra_y_ranges = {**fig.extra_y_ranges, "legend": Range1d(start=0, end=1)}
         fig.extra_x_scales = {**fig.extra_x_scales, "legend": LinearScale()}
         fig.extra_y_scales = {**fig.extra_y_scales, "legend": LinearScale()}
         entries = []
@@ -148,7 +142,9 @@ def legend_hook(items: Iterable[tuple[str, str]], title: str | None = None,
             entries.append(LegendItem(label=label, renderers=[renderer]))
         legend = Legend(items=entries, location="top_left", click_policy="none", ncols=ncols,
                         label_text_font_size="8pt", label_height=12, glyph_height=12,
-                        padding=2, spacing=2, margin=4, border_line_alpha=0, title=title,
+                        # bokeh's stub types padding as Property[Property[int] | ...], not int
+                        padding=2,  # type: ignore[arg-type]
+                        spacing=2, margin=4, border_line_alpha=0, title=title,
                         title_text_font_size="8pt", name=LEGEND_NAME)
         fig.add_layout(legend, "right")
 

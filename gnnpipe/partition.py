@@ -147,7 +147,7 @@ class Partitioning:
 
         These are the remote rows a part needs for one aggregation (the in-neighbours of
         its nodes that it does not own); for symmetric graphs, simply its outside
-        neighbours. Their sum is ``M`` of DESIGN.md §4.
+        neighbours. Their sum is ``M`` of docs/design.md §5.
         """
         part, src, dst = self._arrays
         cross = part[src] != part[dst]
@@ -273,7 +273,7 @@ def partition(data: Any, num_parts: int, method: str = "metis", seed: int = 0) -
 
 def chunk(data: Any, num_chunks: int, seed: int = 0,
           parts_per_chunk: int = PARTS_PER_CHUNK) -> Partitioning:
-    """Chunk a graph for GNNPipe training (DESIGN.md §4).
+    """Chunk a graph for GNNPipe training (docs/design.md §5).
 
     METIS splits the graph into ``min(parts_per_chunk * num_chunks, num_nodes)`` parts, which
     are shuffled (seeded) and merged into ``num_chunks`` chunks of (about) ``parts_per_chunk``

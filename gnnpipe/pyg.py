@@ -20,18 +20,31 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from gnnpipe.core.kinds import BlockKind
+from gnnpipe.core.kinds import BlockKind, StrEnum
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.engine.message_passing import check_exact_in_graph_mode, check_module
 from gnnpipe.nn import Block, LayerStack
 
-__all__ = ["Part", "PyGBlock", "Step", "as_stack", "default_techniques", "for_training", "from_pyg"]
+__all__ = ["Part", "PartKind", "PyGBlock", "Step", "as_stack", "default_techniques", "for_training",
+           "from_pyg"]
+
+
+
+class PartKind(StrEnum):
+    """What a part of a PyG model is: a message-passing ``conv``, any other ``module``, a
+    ``dropout``, or (stored in a block) a plain function ``fn``."""
+
+    CONV = "conv"
+    MODULE = "module"
+    DROPOUT = "dropout"
+    FN = "fn"
+
 
 #: A model part, (kind, op, reads, writes): kind ``conv`` (op: a MessagePassing), ``module``
 #: (op: any callable) or ``dropout`` (op: p), reading and writing named values.
-Part = tuple[str, Any, list[str], list[str]]
+Part = tuple[PartKind, Any, list[str], list[str]]
 #: How a block stores a part: op becomes an index into its ``mods`` or ``fns`` (kind ``fn``).
-Step = tuple[str, Any, list[str], list[str]]
+Step = tuple[PartKind, Any, list[str], list[str]]
 _KEY_STRIDE = 1 << 20  # keys of a block's second, third... conv or dropout: key + j * stride
 
 
@@ -47,29 +60,30 @@ class PyGBlock(Block):
         self.mods = nn.ModuleList()
         self.fns: list[Callable[..., Any]] = []
         self.steps: list[Step] = []
-        for what, op, reads, writes in parts:
-            if what == "dropout":
-                self.steps.append(("dropout", float(op), reads, writes))
+        for kind_of_part, op, reads, writes in parts:
+            what = PartKind(kind_of_part)  # a plain string names its kind too
+            if what is PartKind.DROPOUT:
+                self.steps.append((PartKind.DROPOUT, float(op), reads, writes))
             elif isinstance(op, nn.Module):
                 self.steps.append((what, len(self.mods), reads, writes))
                 self.mods.append(op)
             else:
-                self.steps.append(("fn", len(self.fns), reads, writes))
+                self.steps.append((PartKind.FN, len(self.fns), reads, writes))
                 self.fns.append(op)
-        self.aggregates = any(s[0] == "conv" for s in self.steps)
+        self.aggregates = any(s[0] is PartKind.CONV for s in self.steps)
 
     def forward(self, h: Tensor, h0: Tensor | None, ctx: Any) -> tuple[Tensor, Tensor | None]:
         values, convs, drops = {self.source: h}, 0, 0
         for what, ref, reads, writes in self.steps:
             args = [values[name] for name in reads]
-            if what == "conv":
+            if what is PartKind.CONV:
                 out = ctx.message_passing(self.mods[ref], args[0], self.key + convs * _KEY_STRIDE)
                 convs += 1
-            elif what == "dropout":
+            elif what is PartKind.DROPOUT:
                 out = ctx.dropout(args[0], ref, self.key + drops * _KEY_STRIDE)
                 drops += 1
             else:
-                out = (self.mods[ref] if what == "module" else self.fns[ref])(*args)
+                out = (self.mods[ref] if what is PartKind.MODULE else self.fns[ref])(*args)
             values.update(zip(writes, out) if len(writes) > 1 else [(writes[0], out)])
         return values[self.result], h0
 
@@ -130,17 +144,17 @@ def _basic_gnn_blocks(model: Any) -> list[PyGBlock]:
     blocks = []
     for i, (conv, norm) in enumerate(zip(model.convs, model.norms)):
         _check_conv(conv, f"model.convs.{i}")
-        parts: list[Part] = [("conv", conv, ["x"], ["x"])]
+        parts: list[Part] = [(PartKind.CONV, conv, ["x"], ["x"])]
         if i < model.num_layers - 1 or model.jk_mode is not None:
-            acts = [("module", model.act, ["x"], ["x"])] if model.act is not None else []
+            acts = [(PartKind.MODULE, model.act, ["x"], ["x"])] if model.act is not None else []
             _check_rowwise(norm, f"model.norms.{i}")
             parts += acts if model.act_first else []
-            parts += [] if isinstance(norm, nn.Identity) else [("module", norm, ["x"], ["x"])]
+            parts += [] if isinstance(norm, nn.Identity) else [(PartKind.MODULE, norm, ["x"], ["x"])]
             parts += [] if model.act_first else acts
-            parts.append(("dropout", model.dropout.p, ["x"], ["x"]))
+            parts.append((PartKind.DROPOUT, model.dropout.p, ["x"], ["x"]))
         blocks.append(PyGBlock(parts, "x", "x", "gnn"))
     if hasattr(model, "lin"):
-        blocks.append(PyGBlock([("module", model.lin, ["x"], ["x"])], "x", "x", "output"))
+        blocks.append(PyGBlock([(PartKind.MODULE, model.lin, ["x"], ["x"])], "x", "x", "output"))
     return blocks
 
 
@@ -164,12 +178,12 @@ def _sequential_parts(model: Any) -> tuple[list[Part], str]:
                                  f"called as 'h, {edges} -> out'; got "
                                  f"'{', '.join(reads)} -> {', '.join(writes)}'")
             _check_conv(module, where)
-            parts.append(("conv", module, reads[:1], writes))
+            parts.append((PartKind.CONV, module, reads[:1], writes))
         elif type(module) is nn.Dropout:
-            parts.append(("dropout", module.p, reads, writes))
+            parts.append((PartKind.DROPOUT, module.p, reads, writes))
         else:
             _check_rowwise(module, where)
-            parts.append(("module", module, reads, writes))
+            parts.append((PartKind.MODULE, module, reads, writes))
     if len(parts[-1][3]) != 1:
         raise ValueError(f"model[{len(parts) - 1}]: the last part must return one tensor")
     return parts, edges
@@ -189,12 +203,12 @@ def _segments(parts: list[Part], edges: str) -> list[tuple[int, int, str]]:
 
 def _sequential_blocks(model: Any) -> list[PyGBlock]:
     parts, edges = _sequential_parts(model)
-    if not any(p[0] == "conv" for p in parts):
+    if not any(p[0] is PartKind.CONV for p in parts):
         raise ValueError("model: the Sequential has no message-passing layer")
     segs = _segments(parts, edges)
 
     def has_conv(seg: tuple[int, int, str]) -> bool:
-        return any(p[0] == "conv" for p in parts[seg[0]:seg[1]])
+        return any(p[0] is PartKind.CONV for p in parts[seg[0]:seg[1]])
 
     def has_params(seg: tuple[int, int, str]) -> bool:
         return any(isinstance(p[1], nn.Module) and any(True for _ in p[1].parameters())

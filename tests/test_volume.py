@@ -1,4 +1,4 @@
-"""comm_volume: the byte formulas of DESIGN.md §4."""
+"""comm_volume: the byte formulas of docs/design.md §5."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def halo_plot(part: Partitioning) -> hv.Bars:
     """Bars of halo rows per part: outside nodes that send an edge into it.
 
     Element data: kdim ``part`` (str labels), vdims ``halo_rows`` and ``color``; the title gives their
-    sum ``M`` (the graph-parallel communication of DESIGN.md §4 scales with it).
+    sum ``M`` (the graph-parallel communication of docs/design.md §5 scales with it).
     """
     label = _part_label(part)
     df = pd.DataFrame({"part": _part_ids(part), "halo_rows": part.halo_rows})

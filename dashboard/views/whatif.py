@@ -36,8 +36,10 @@ def whatif_panel(timeline: Timeline, names: Iterable[str] | None = None,
     """Table and plot of :func:`gnnpipe.analysis.whatif.what_if`, and the run's last epoch drawn above
     the epoch its own costs predict; a message for timelines without per-chunk ops."""
     try:
-        kwargs = {"names": list(names)} if names is not None else {}
-        table = what_if(timeline, chunk_counts=chunk_counts, **kwargs)
+        if names is None:
+            table = what_if(timeline, chunk_counts=chunk_counts)
+        else:
+            table = what_if(timeline, list(names), chunk_counts=chunk_counts)
     except ValueError as error:
         return pn.pane.Markdown(f"What if needs a pipeline run's per-chunk ops ({error}).")
     costs = costs_from(timeline)

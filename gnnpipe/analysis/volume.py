@@ -1,4 +1,4 @@
-"""Predicted communication bytes per epoch for each mode (the formulas of DESIGN.md §4)."""
+"""Predicted communication bytes per epoch for each mode (the formulas of docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from gnnpipe.core.kinds import Mode
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.engine import single
-from gnnpipe.engine.driver import EpochProgram, drive
+from gnnpipe.engine.driver import EpochCallback, EpochProgram, drive
 from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.engine.local import LocalEngine
 from gnnpipe.engine.state import param_shapes
@@ -156,7 +156,7 @@ def _train_here(model: LayerStack, data: Data, job: TrainConfig, recovery: ckpt.
     start, inherited = recovery.start(program)
     bar = tqdm(total=job.epochs, initial=start, desc=f"{model.name}-{model.num_layers} {job.mode}",
                disable=not progress, leave=False)
-    callbacks = [functools.partial(_one_process_record, bar)]
+    callbacks: list[EpochCallback] = [functools.partial(_one_process_record, bar)]
     if recovery.root is not None:
         callbacks.append(ckpt.Checkpointer(recovery.root, recovery.every, job.epochs, program,
                                            job, param_shapes(model),
@@ -189,8 +189,8 @@ def follow(run: RunHandle, progress: bool) -> RunHandle:
               leave=False) as bar:
         while not run.done:
             time.sleep(0.2)
-            history = run.history if progress else ()
-            if len(history) > bar.n:
+            history = run.history if progress else None
+            if history is not None and len(history) > bar.n:
                 last, scored = history.iloc[-1], history.dropna(subset=["val_acc"])
                 accs = scored.iloc[-1] if len(scored) else last  # eval_every skips epochs
                 bar.set_postfix(loss=f"{last['loss']:.3f}", val=f"{accs['val_acc']:.3f}",

@@ -278,14 +278,15 @@ def _plan(args: argparse.Namespace) -> int:
 
     import gnnpipe as gp
     from gnnpipe.engine.local import stage_ranges
+    from gnnpipe.plan import plan as make_plan  # gp.plan, which a checker takes for the package
 
     torch.set_num_threads(1)
     data = _load_data(args.dataset)
     model = _build_model(args, data)
     with gp.Cluster(n_workers=args.workers, threads_per_worker=args.threads) as cluster:
-        plan = gp.plan(model, data, workers=args.workers, memory_limit=args.memory_limit,
-                       bandwidth=args.bandwidth, seed=args.seed, repeats=args.repeats,
-                       cluster=cluster)
+        plan = make_plan(model, data, workers=args.workers, memory_limit=args.memory_limit,
+                         bandwidth=args.bandwidth, seed=args.seed, repeats=args.repeats,
+                         cluster=cluster)
     made_for = {flag: getattr(args, flag) for flag in ("dataset", "model", "layers", "hidden")}
     plan = dataclasses.replace(plan, made_for=made_for)
     print(plan)

@@ -9,7 +9,7 @@ __all__ = ["Techniques"]
 
 @dataclass(frozen=True)
 class Techniques:
-    """GNNPipe's convergence techniques (DESIGN.md §4); all on by default.
+    """GNNPipe's convergence techniques (docs/design.md §5); all on by default.
 
     Attributes:
         random_order: a fresh seeded chunk order every epoch (the same on every stage).

@@ -43,11 +43,16 @@ class OpEvent:
     way: int
     chunk: int
     epoch: int
-    kind: str
+    kind: OpKind
     start: float
     end: float
     bytes: int = 0
     peer: int = -1
+
+    def to_dict(self) -> dict[str, int | float | str]:
+        """Plain values (the kind as its string): a row that msgpack (Dask's live events),
+        JSON and pandas all take."""
+        return {**asdict(self), "kind": str(self.kind)}
 
 
 def _union_length(intervals: pd.DataFrame) -> float:
@@ -77,7 +82,7 @@ class Timeline:
 
     @classmethod
     def from_events(cls, events: Iterable[OpEvent | dict]) -> Timeline:
-        rows = [asdict(e) if isinstance(e, OpEvent) else dict(e) for e in events]
+        rows = [e.to_dict() if isinstance(e, OpEvent) else dict(e) for e in events]
         if not rows:
             return cls()
         return cls(pd.DataFrame(rows))

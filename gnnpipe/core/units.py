@@ -20,7 +20,7 @@ def parse_bytes(value: float | str, name: str = "memory_limit") -> int:
     if isinstance(value, str):
         match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", value)
         unit = match.group(2).lower() if match else None
-        if unit not in _UNITS:
+        if match is None or unit not in _UNITS:
             raise ValueError(f"{name}: expected a size such as '8GB', '512MiB' or 1000000, "
                              f"got {value!r}")
         value = float(match.group(1)) * _UNITS[unit]

@@ -2,7 +2,7 @@
 
 A :class:`StageExecutor` owns a contiguous range of a :class:`~gnnpipe.models.LayerStack` and, for
 each aggregating block in it, a full-graph input buffer ``Hbuf``, its snapshot and a gradient
-buffer ``dZbuf`` (DESIGN.md §4). It runs one chunk forward or backward at a time; the local engine
+buffer ``dZbuf`` (docs/design.md §5). It runs one chunk forward or backward at a time; the local engine
 (:class:`LocalEngine`) chains stages in one process and the distributed runtime puts one executor
 on each rank and adds communication, so both compute exactly the same thing.
 """
@@ -128,7 +128,7 @@ class _ChunkAggregate(torch.autograd.Function):
     ``dH[c] = Âᵀ[c,:] @ dZbuf`` after writing the chunk's gradient into ``dZbuf[c]``."""
 
     @staticmethod
-    def forward(ctx, h: Tensor, buf: LayerBuffers, rows: ChunkRows, lo: int, hi: int,  # type: ignore[override]
+    def forward(ctx: Any, h: Tensor, buf: LayerBuffers, rows: ChunkRows, lo: int, hi: int,
                 double: bool, cached: Tensor | None, sync: RowSync | None, key: int,
                 chunk: int) -> Tensor:
         ctx.buf, ctx.rows, ctx.lo, ctx.hi, ctx.double = buf, rows, lo, hi, double
@@ -141,7 +141,7 @@ class _ChunkAggregate(torch.autograd.Function):
         return rows.A @ buf.H
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         buf = ctx.buf
         buf.dZ[ctx.lo:ctx.hi] = grad
         received = ctx.sync.share_dz(ctx.key, buf, ctx.chunk) if ctx.sync is not None else None
@@ -166,7 +166,10 @@ class ChunkContext:
     def aggregate(self, h: Tensor, key: int) -> Tensor:
         buf = self.ex.buffers_for(key, h.size(1), h.dtype)
         recompute = self.ex.recompute
-        cached = buf.kept_z[self.lo:self.hi] if recompute and self.replay else None
+        cached = None
+        if recompute and self.replay:
+            assert buf.kept_z is not None, "the forward keeps Z for its replay (keep_z)"
+            cached = buf.kept_z[self.lo:self.hi]
         z = _ChunkAggregate.apply(h, buf, self.ex.rows[self.chunk], self.lo, self.hi,
                                   self.ex.techniques.unbiased_grad, cached, self.ex.sync, key,
                                   self.chunk)
@@ -378,7 +381,8 @@ class StageExecutor:
         self.saved[chunk] = _Saved(leaves, [] if self.recompute else outputs, cache, target)
         return [o.detach() for o in outputs]
 
-    def backward(self, chunk: int, grads: list[Tensor | None] | None = None) -> list[Tensor | None]:
+    def backward(self, chunk: int,
+                 grads: Sequence[Tensor | None] | None = None) -> list[Tensor | None]:
         """Backward one chunk from the gradients of its outputs (``None`` on the last stage);
         returns the gradients of its inputs (``None`` where an input needs none)."""
         self.between_phases()  # a no-op once it ran this epoch
@@ -386,6 +390,7 @@ class StageExecutor:
         outputs = saved.outputs
         if self.recompute:
             outputs = self._run(chunk, saved.inputs, saved.cache, replay=True, target=saved.target)
+        pairs: list[tuple[Tensor, Tensor | None]]
         if grads is None:
             pairs = [(outputs[0], None)]
         else:

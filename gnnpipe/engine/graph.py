@@ -6,6 +6,7 @@ import itertools
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -179,10 +180,10 @@ class SpMM(torch.autograd.Function):
     """``Â @ h`` with backward ``Âᵀ @ grad`` (exact full-graph aggregation)."""
 
     @staticmethod
-    def forward(ctx, h: Tensor, adj: Adjacency) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, h: Tensor, adj: Adjacency) -> Tensor:
         ctx.adj = adj
         return adj.A @ h
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return ctx.adj.AT @ grad, None

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
+from gnnpipe.core.kinds import OpKind
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.core.timeline import OpEvent
 from gnnpipe.engine import state as engine_state
@@ -20,6 +21,8 @@ from gnnpipe.engine.single import evaluate
 from gnnpipe.nn import LayerStack
 
 __all__ = ["LocalEngine", "stage_ranges"]
+
+R = TypeVar("R")
 
 
 def stage_ranges(num_blocks: int, stages: int) -> list[tuple[int, int]]:
@@ -65,7 +68,8 @@ class LocalEngine:
         lo, hi = self.bounds[c], self.bounds[c + 1]
         return self.data.y[lo:hi], self.data.train_mask[lo:hi], self.num_train
 
-    def _timed(self, stage: int, chunk: int, epoch: int, kind: str, fn, *args):
+    def _timed(self, stage: int, chunk: int, epoch: int, kind: OpKind, fn: Callable[..., R],
+               *args: Any) -> R:
         start = time.perf_counter()
         out = fn(*args)
         if self.device.type == "cuda":  # time the chunk's kernels, not their launch
@@ -88,12 +92,12 @@ class LocalEngine:
             tensors = [self.data.x[lo:hi]]
             for s, ex in enumerate(self.stages):
                 target = self._target(c) if s == last else None
-                tensors = self._timed(s, c, epoch, "forward", ex.forward, c, tensors, target)
+                tensors = self._timed(s, c, epoch, OpKind.FORWARD, ex.forward, c, tensors, target)
             loss += float(tensors[0].detach())
         for c in reversed(order):
             grads = None
             for s in range(last, -1, -1):
-                grads = self._timed(s, c, epoch, "backward", self.stages[s].backward, c, grads)
+                grads = self._timed(s, c, epoch, OpKind.BACKWARD, self.stages[s].backward, c, grads)
         return loss
 
     def step(self, epoch: int) -> None:

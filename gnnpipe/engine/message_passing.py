@@ -7,7 +7,7 @@ its in-edges and the features at both ends (one hop), which holds for PyG's one-
 GCN-style symmetric normalisation also needs the *sources'* full-graph degrees, so for ``GCNConv``
 and ``LGConv`` it is computed once on the whole graph and handed to the module.
 
-Chunked (DESIGN.md §4, "generalised pull"): chunk ``c`` reads its sources from the stage's ``Hbuf``
+Chunked (docs/design.md §5, "generalised pull"): chunk ``c`` reads its sources from the stage's ``Hbuf``
 (fresh or historical rows). Its backward *pushes* ``∂Z[c]/∂H[S]ᵀ dZ[c]`` for the other chunks'
 source rows ``S`` into the gradient buffer ``Gbuf`` (the layer's ``LayerBuffers.dZ``, reset per
 epoch like ``dZbuf``) — at 2× with unbiased gradients on — and takes ``Gbuf[c]`` plus its own term
@@ -19,7 +19,7 @@ chunk's own Jacobian.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,7 +80,7 @@ def check_exact_in_graph_mode(module: nn.Module, where: str) -> None:
 
 
 @contextmanager
-def _keyed_rng(seed: int | None, device: torch.device):
+def _keyed_rng(seed: int | None, device: torch.device) -> Iterator[None]:
     """Run the layer with torch's generator of ``device`` seeded by ``seed`` (then restored), so
     its own dropout draws the same masks in every mode, chunk by chunk; no-op for None."""
     if seed is None:
@@ -183,12 +183,12 @@ class MessageGraphs:
 
 
 @contextmanager
-def _normalised_already(module: nn.Module, graph: _LocalGraph):
+def _normalised_already(module: nn.Module, graph: _LocalGraph) -> Iterator[None]:
     """Turn the module's own normalisation off while it gets full-graph edge weights."""
     if graph.variant[0] != "gcn":
         yield
         return
-    module.normalize = False
+    module.normalize = False  # a plain flag: torch types Module attrs as tensors
     try:
         yield
     finally:
@@ -243,13 +243,13 @@ class _AddPushed(torch.autograd.Function):
     after it; see :func:`_pusher`)."""
 
     @staticmethod
-    def forward(ctx, h: Tensor, gbuf: Tensor, lo: int, hi: int,  # type: ignore[override]
+    def forward(ctx: Any, h: Tensor, gbuf: Tensor, lo: int, hi: int,
                 deferred: list[tuple[Tensor, Tensor]]) -> Tensor:
         ctx.gbuf, ctx.lo, ctx.hi, ctx.deferred = gbuf, lo, hi, deferred
         return h.view_as(h)
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
         out = grad + ctx.gbuf[ctx.lo:ctx.hi]
         for rows, pushed in ctx.deferred:
             ctx.gbuf.index_add_(0, rows, pushed)
@@ -258,7 +258,8 @@ class _AddPushed(torch.autograd.Function):
 
 
 def _pusher(gbuf: Tensor, graphs: MessageGraphs, module: nn.Module, key: int, chunk: int,
-            unbiased: bool, sync: Any, deferred: list[tuple[Tensor, Tensor]]):
+            unbiased: bool, sync: Any,
+            deferred: list[tuple[Tensor, Tensor]]) -> Callable[[Tensor], None]:
     """Hook on a chunk's source rows: push their gradient into ``Gbuf`` (see module docstring).
 
     In the hybrid, the pushes of the chunks the other ways run at this step arrive here too
@@ -340,12 +341,12 @@ class _HaloRows(torch.autograd.Function):
     """``[h; halo rows of h]`` with the halo exchanged; backward returns halo gradients."""
 
     @staticmethod
-    def forward(ctx, h: Tensor, gctx: Any) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, h: Tensor, gctx: Any) -> Tensor:
         ctx.gctx = gctx
         return torch.cat([h.detach(), gctx.exchange(h.detach(), gctx.kind)])
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return return_halo_grads(ctx.gctx, grad), None
 
 

@@ -5,7 +5,8 @@ and reads the files."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import MutableMapping
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -25,7 +26,18 @@ def model_shard(model: LayerStack, start: int, stop: int) -> dict[str, Tensor]:
             if start <= int(k.split(".")[1]) < stop}
 
 
-def optimizer_shard(optimizer: torch.optim.Optimizer, model: LayerStack) -> dict[str, Any]:
+class OptimizerState(Protocol):
+    """What these functions read and write of an optimizer: a ``torch.optim.Optimizer``, or a
+    stand-in for a stage without parameters (the runtime's)."""
+
+    @property
+    def state(self) -> MutableMapping[Tensor, Any]: ...
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]: ...
+
+
+def optimizer_shard(optimizer: OptimizerState, model: LayerStack) -> dict[str, Any]:
     """Adam's state of each parameter ``optimizer`` updates, by parameter name."""
     names = {id(p): n for n, p in model.named_parameters()}
     return {names[id(p)]: {k: v.detach().cpu().clone() if isinstance(v, Tensor) else v
@@ -48,7 +60,7 @@ def restore_model(model: LayerStack, shards: list[dict[str, Any]], start: int = 
                 value.copy_(merged[name])
 
 
-def restore_optimizer(optimizer: torch.optim.Optimizer, model: LayerStack,
+def restore_optimizer(optimizer: OptimizerState, model: LayerStack,
                       shards: list[dict[str, Any]]) -> None:
     """Give each parameter ``optimizer`` updates its Adam state from the checkpoint (by name)."""
     merged = {k: v for s in shards for k, v in s["optimizer"].items()}

@@ -173,7 +173,7 @@ class Plan:
             profile = Profile(blocks=tuple(BlockCost(**b) for b in raw["blocks"]),
                               num_nodes=raw["num_nodes"], chunk_counts=tuple(raw["chunk_counts"]),
                               boundary_bytes=tuple(raw["boundary_bytes"]), seconds=raw["seconds"])
-            ranges = tuple(tuple(int(x) for x in r) for r in values["ranges"])
+            ranges = tuple((int(a), int(b)) for a, b in values["ranges"])
             chunks, bandwidth, latency = int(values["chunks"]), values["bandwidth"], values["latency"]
             return cls(
                 ranges=ranges, chunks=chunks, epoch_time=float(values["epoch_time"]),

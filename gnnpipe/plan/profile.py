@@ -179,7 +179,8 @@ class _SliceBench:
                 tensors = ex.forward(c, tensors, self.target(c, k))
                 took["forward"][k] += time.perf_counter() - start
         for c in reversed(order):
-            grads = None if self.out_grads is None else self.out_grads[c]
+            grads: Sequence[Tensor | None] | None = (
+                None if self.out_grads is None else self.out_grads[c])
             for k in range(n - 1, -1, -1):
                 start = time.perf_counter()
                 grads = self.executors[k].backward(c, grads)
@@ -231,7 +232,12 @@ class _SliceBench:
 def _medians(bench: _SliceBench, warmup: int, repeats: int) -> dict[str, list[float]]:
     took: list[dict[str, list[float]]] = []
     total = warmup + repeats
-    drive(bench, total, eval_every=total, callbacks=[lambda record: took.append(bench.took) or False])
+
+    def keep(record: dict[str, Any]) -> bool:
+        took.append(bench.took)
+        return False  # never stops the run
+
+    drive(bench, total, eval_every=total, callbacks=[keep])
     epochs = took[warmup:]
     return {kind: [statistics.median(e[kind][k] for e in epochs)
                    for k in range(len(bench.executors))] for kind in epochs[0]}

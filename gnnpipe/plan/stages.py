@@ -81,6 +81,7 @@ def split_stages(costs: Sequence[float], memory: Sequence[float], boundary_costs
 
     neck, _ = _dp(costs, boundary_costs, stages, fits)
     if neck == math.inf:
+        assert memory_limit is not None, "only a memory limit can rule out every split"
         least = math.ceil(_dp(memory, [0.0] * (n - 1), stages, lambda i, j: True)[0])
         raise ValueError(f"memory_limit: {format_bytes(memory_limit)} "
                          f"({int(memory_limit):,} bytes) is too small for {stages} stages; the "

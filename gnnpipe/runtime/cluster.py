@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from distributed import Client, LocalCluster, Nanny, Worker, get_worker
-from distributed.core import Server
+from distributed.core import PooledRPCCall, Server, rpc
 
 from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import RankNanny, rank_environment
@@ -21,7 +21,7 @@ __all__ = ["Cluster", "check_cluster", "check_gpus", "free_port", "gpu_ids", "lo
 logger = logging.getLogger(__name__)
 
 
-def _named_parameters(cls: type) -> set[str]:
+def _named_parameters(cls: type[Any]) -> set[str]:
     return {name for name, p in inspect.signature(cls.__init__).parameters.items()
             if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name != "self"}
 
@@ -76,6 +76,12 @@ class Cluster:
             self.client = Client(self._local)
             self.size = n_workers
 
+    def _scheduler(self) -> rpc | PooledRPCCall:
+        """The client's handle on the scheduler (which a closed client no longer has)."""
+        if self.client.scheduler is None:
+            raise RuntimeError("Cluster: its client is closed")
+        return self.client.scheduler
+
     def workers(self) -> list[str]:
         """Addresses of the workers now connected, sorted (a run takes those free of other
         gnnpipe runs, idle ones first, in this order).
@@ -83,7 +89,7 @@ class Cluster:
         Asked of the scheduler itself: ``Client.scheduler_info()`` returns the client's cached
         identity, which its periodic refresh (``distributed.client.scheduler-info-interval``)
         overwrites with one listing no workers, so it could read 0 workers on a full cluster."""
-        info = self.client.sync(self.client.scheduler.identity, n_workers=-1)
+        info = self.client.sync(self._scheduler().identity, n_workers=-1)
         return sorted(info["workers"])
 
     def ready(self, world: int, timeout: float = 120.0) -> list[str]:
@@ -103,7 +109,7 @@ class Cluster:
         if len(workers) >= world:
             return workers
         if self.size is not None and self.size < world:
-            found = f"this local cluster has {len(workers)} of its {self.size}"
+            found = f"the local cluster has {self.size}"  # never waited for: it never grows
         else:
             waited = time.monotonic() - started
             found = (f"the cluster has {len(workers)} after waiting {waited:.0f} s "
@@ -157,7 +163,7 @@ class Cluster:
 
     def __repr__(self) -> str:
         kind = "local" if self._local is not None else "remote"
-        return f"Cluster({kind}, scheduler={self.client.scheduler.address}, workers={len(self.workers())})"
+        return f"Cluster({kind}, scheduler={self._scheduler().address}, workers={len(self.workers())})"
 
 
 #: Seconds to reach a scheduler given by address: the TCP probe, then the Client's handshake.

@@ -11,12 +11,21 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from gnnpipe.core.kinds import OpKind
 from gnnpipe.core.timeline import OpEvent
 
 __all__ = ["TRAINING_KINDS", "Comm", "PendingRecv"]
 
-#: Byte kinds that count towards the per-epoch training volume (DESIGN.md §4 formulas).
+#: Byte kinds that count towards the per-epoch training volume (docs/design.md §5 formulas).
 TRAINING_KINDS = ("activation", "gradient", "halo", "halo_grad", "boundary", "boundary_grad")
+
+
+def _started(work: dist.Work | None) -> dist.Work:
+    """The handle of a point-to-point op just started; torch gives None only to a rank outside
+    the process group, which a gnnpipe rank never is."""
+    if work is None:
+        raise RuntimeError("torch.distributed: this rank is not in the default process group")
+    return work
 
 
 @dataclass
@@ -33,7 +42,7 @@ class PendingRecv:
         """The received tensor; the Timeline's ``recv`` row spans the wait for it."""
         start = self.comm.now()
         self.work.wait()
-        self.comm.record("recv", start, self.chunk, self.out.numel() * self.out.element_size(),
+        self.comm.record(OpKind.RECV, start, self.chunk, self.out.numel() * self.out.element_size(),
                          self.src)
         return self.out
 
@@ -60,13 +69,13 @@ class Comm:
     bytes_by: dict[tuple[int, int, str], int] = field(default_factory=lambda: defaultdict(int))
     epoch_bytes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     events: list[OpEvent] = field(default_factory=list)
-    _pending: list[tuple[dist.Work, float, str, int, int, int]] = field(default_factory=list)
+    _pending: list[tuple[dist.Work, float, OpKind, int, int, int]] = field(default_factory=list)
     _in_flight: list[Tensor] = field(default_factory=list)  # sent tensors kept alive until waited
 
     def now(self) -> float:
         return time.perf_counter() - self.origin
 
-    def record(self, kind: str, start: float, chunk: int = -1, nbytes: int = 0,
+    def record(self, kind: OpKind, start: float, chunk: int = -1, nbytes: int = 0,
                peer: int = -1) -> None:
         """A Timeline row for an op that began at ``start`` and ends now (on a GPU: once the
         kernels queued so far have finished, so the row spans the work, not its launch)."""
@@ -87,8 +96,8 @@ class Comm:
         tensor = tensor.contiguous()
         nbytes = self._count(dst, kind, tensor)
         start = self.now()
-        work = dist.isend(tensor, dst)
-        self._pending.append((work, start, "send", chunk, nbytes, dst))
+        work = _started(dist.isend(tensor, dst))
+        self._pending.append((work, start, OpKind.SEND, chunk, nbytes, dst))
         self._in_flight.append(tensor)
 
     def recv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
@@ -97,7 +106,7 @@ class Comm:
         out = torch.empty(shape, dtype=dtype, device=self.device)
         start = self.now()
         dist.recv(out, src)
-        self.record("recv", start, chunk, out.numel() * out.element_size(), src)
+        self.record(OpKind.RECV, start, chunk, out.numel() * out.element_size(), src)
         return out
 
     def post_recv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
@@ -105,14 +114,14 @@ class Comm:
         """Start receiving now (so the transfer overlaps this rank's compute); the tensor is
         ready after :meth:`PendingRecv.wait`, which records only the time spent blocked."""
         out = torch.empty(shape, dtype=dtype, device=self.device)
-        return PendingRecv(self, dist.irecv(out, src), out, chunk, src)
+        return PendingRecv(self, _started(dist.irecv(out, src)), out, chunk, src)
 
     def irecv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
               dtype: torch.dtype = torch.float32) -> Tensor:
         """Start receiving into a new tensor; valid after :meth:`wait_all`."""
         out = torch.empty(shape, dtype=dtype, device=self.device)
         start = self.now()
-        self._pending.append((dist.irecv(out, src), start, "recv", chunk,
+        self._pending.append((_started(dist.irecv(out, src)), start, OpKind.RECV, chunk,
                               out.numel() * out.element_size(), src))
         return out
 
@@ -135,7 +144,7 @@ class Comm:
         dist.all_reduce(flat, group=group)
         nbytes = flat.numel() * flat.element_size()
         self.bytes_by[(self.rank, -1, kind)] += nbytes
-        self.record("allreduce", start, nbytes=nbytes)
+        self.record(OpKind.ALLREDUCE, start, nbytes=nbytes)
         offset = 0
         for t in tensors:
             t.copy_(flat[offset:offset + t.numel()].view_as(t))

@@ -11,6 +11,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
+from gnnpipe.core.kinds import OpKind
 from gnnpipe.engine import state as engine_state
 from gnnpipe.engine.graph import Adjacency, coo_to_csr, normalized_adjacency
 from gnnpipe.engine.message_passing import MessageGraphs, halo_message_passing, return_halo_grads
@@ -71,13 +72,13 @@ def _halo_plan(full: Adjacency, bounds: list[int], rank: int) -> HaloPlan:
 
 class _HaloAggregate(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h: Tensor, gctx: GraphContext) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, h: Tensor, gctx: GraphContext) -> Tensor:
         ctx.gctx = gctx
         halo = gctx.exchange(h.detach(), gctx.kind)
         return gctx.plan.adj.A @ torch.cat([h.detach(), halo])
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return return_halo_grads(ctx.gctx, ctx.gctx.plan.adj.AT @ grad), None
 
 
@@ -139,10 +140,10 @@ class GraphRank:
         start = comm.now()
         logits = self.model(self.x, GraphContext(self.plan, comm, self.spec.job.seed, epoch, training=True))
         loss = chunk_loss(logits, self.y, self.train, self.num_train)
-        comm.record("forward", start)
+        comm.record(OpKind.FORWARD, start)
         start = comm.now()
         loss.backward()
-        comm.record("backward", start)
+        comm.record(OpKind.BACKWARD, start)
         for p in self.params:
             if p.grad is None:  # a parameter this rank's rows never reached
                 p.grad = torch.zeros_like(p)
@@ -154,7 +155,7 @@ class GraphRank:
     def step(self, epoch: int) -> None:
         start = self.comm.now()
         self.optimizer.step()
-        self.comm.record("step", start)
+        self.comm.record(OpKind.STEP, start)
 
     def evaluate(self) -> dict[str, float]:
         """Exact full-graph inference, partitioned; counts summed over ranks."""

@@ -10,6 +10,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
+from gnnpipe.core.kinds import OpKind
 from gnnpipe.engine import state as engine_state
 from gnnpipe.engine.chunked import StageExecutor, chunk_order
 from gnnpipe.engine.driver import owned
@@ -97,10 +98,11 @@ class PipelineStage:
             target = (data.y[lo:hi], data.train_mask[lo:hi], self.num_train) if self.is_last else None
             start = comm.now()
             outputs = self.executor.forward(c, inputs, target)
-            comm.record("forward", start, c)
+            comm.record(OpKind.FORWARD, start, c)
             if self.is_last:
                 loss += float(outputs[0])
             else:
+                assert self.next is not None  # every stage but the last has a next
                 for out in outputs:
                     comm.isend(out, self.next, "activation", c)
         comm.wait_all()
@@ -115,14 +117,15 @@ class PipelineStage:
             if on_chunk is not None:
                 on_chunk(position)
             lo, hi = self.rows(c)
-            grads = None
+            grads: list[Tensor | None] | None = None
             if not self.is_last:
                 grads = [r.wait() for r in incoming]
                 incoming = self._post(order, position - 1, self.next, self.out_widths)
             start = comm.now()
             grad_inputs = self.executor.backward(c, grads)
-            comm.record("backward", start, c)
+            comm.record(OpKind.BACKWARD, start, c)
             if not self.is_first:
+                assert self.prev is not None  # every stage but the first has a previous
                 for g, w in zip(grad_inputs, self.in_widths):
                     if g is None:  # an input this stage never used: a zero gradient
                         g = torch.zeros(hi - lo, w, device=comm.device)
@@ -135,14 +138,19 @@ class PipelineStage:
         comm, data, model = self.comm, self.data, self.model
         model.eval()
         n = data.num_nodes
-        tensors: list[Tensor] = ([data.x] if self.is_first
+        tensors: list[Tensor] = ([data.x] if self.prev is None  # the first stage
                                  else [comm.recv((n, w), self.prev) for w in self.in_widths])
         h, h0 = model.run(tensors[0], FullGraphContext(self.adj), self.start, self.stop,
                           tensors[1] if len(tensors) > 1 else None)
         model.train()
         if self.is_last:
             return metrics(h, data)
-        for out in ([h, h0] if len(self.out_widths) > 1 else [h]):
+        assert self.next is not None  # every stage but the last has a next
+        outputs = [h]
+        if len(self.out_widths) > 1:
+            assert h0 is not None, "the boundary carries h0: a block before it sets h0"
+            outputs.append(h0)
+        for out in outputs:
             comm.isend(out, self.next, "eval")
         comm.wait_all()
         return {}
@@ -168,7 +176,7 @@ class PipelineStage:
         """Optimizer step and snapshot."""
         start = self.comm.now()
         self.optimizer.step()
-        self.comm.record("step", start)
+        self.comm.record(OpKind.STEP, start)
         self.executor.end_epoch()
 
     def checkpoint_state(self) -> dict[str, Any]:

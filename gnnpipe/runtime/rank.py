@@ -8,18 +8,18 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
+from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.core.kinds import Mode
 from gnnpipe.engine import state as engine_state
-from gnnpipe.engine.driver import EpochProgram, drive
+from gnnpipe.engine.driver import Checkpointable, drive
 from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.graph import graph_program
@@ -34,8 +34,20 @@ __all__ = ["PROGRAMS", "EpochReporter", "run_rank"]
 logger = logging.getLogger(__name__)
 
 
-#: The program each distributed mode's ranks run: ``(spec, comm, model, data) -> EpochProgram``.
-PROGRAMS: dict[Mode, Callable[..., EpochProgram]] = {
+if TYPE_CHECKING:
+    from distributed import Worker
+
+
+class RankProgram(Checkpointable, Protocol):
+    """What a distributed mode's ranks run: a checkpointable epoch program that also hands
+    back its share of the final weights."""
+
+    def state(self) -> dict[str, Tensor]:
+        """The final weights of the blocks this rank holds."""
+
+
+#: The program each distributed mode's ranks run: ``(spec, comm, model, data) -> RankProgram``.
+PROGRAMS: dict[Mode, Callable[..., RankProgram]] = {
     Mode.PIPELINE: pipeline_program, Mode.GRAPH: graph_program, Mode.HYBRID: hybrid_program,
 }
 
@@ -56,7 +68,7 @@ class EpochReporter:
         try:
             from distributed import get_worker
 
-            self._worker = get_worker()
+            self._worker: Worker | None = get_worker()
         except ValueError:  # not inside a Dask worker (direct call in tests)
             self._worker = None
 
@@ -68,7 +80,7 @@ class EpochReporter:
         record["attempt"] = self.attempt
         self.records.append(record)
         if self._worker is not None:
-            ops = [asdict(e) for e in self.comm.events[self._published:]]
+            ops = [e.to_dict() for e in self.comm.events[self._published:]]
             # "comm": this rank's byte counters so far, per (src, dst, kind), for live views
             self._worker.log_event(self.spec.topic,
                                    {**record, "ops": ops, "comm": self.comm.comm_table()})
@@ -118,7 +130,7 @@ def _shared_origin() -> float:
     the kernel's monotonic clock, shared by all its processes, so ranks on rank 0's machine take
     rank 0's origin exactly; ranks on other machines take their own barrier exit (aligned to
     within the barrier's latency)."""
-    mine = [time.perf_counter(), _clock_domain()]
+    mine: list[Any] = [time.perf_counter(), _clock_domain()]  # a float and a str
     theirs = list(mine)
     dist.broadcast_object_list(theirs, src=0)
     return theirs[0] if theirs[1] == mine[1] else mine[0]
@@ -172,12 +184,13 @@ def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) ->
         start, inherited = _resume(attempt, program, rank)
         callbacks: list[Callable[[dict[str, Any]], bool]] = [reporter]
         if spec.job.checkpoint is not None:
+            assert spec.job.checkpoint_every is not None  # the API door sets both or neither
             callbacks.append(ckpt.Checkpointer(
                 spec.job.checkpoint, spec.job.checkpoint_every, spec.job.epochs, program, spec.job,
                 engine_state.param_shapes(model), rank, spec.world, inherited=inherited, gather=_gather))
         drive(program, spec.job.epochs, spec.job.eval_every, start, callbacks)
         dist.barrier()
-        return RankResult(rank, reporter.records, [asdict(e) for e in comm.events],
+        return RankResult(rank, reporter.records, [e.to_dict() for e in comm.events],
                           comm.comm_table(), {k: v.cpu() for k, v in program.state().items()},
                           _peak_rss())
     finally:

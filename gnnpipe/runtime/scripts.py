@@ -68,7 +68,7 @@ def _script_frame() -> FrameType | None:
     """The frame running the main script's module-level code (``__main__``, or ``__mp_main__``
     while spawn re-imports it), if the call comes through one."""
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") in _MAIN_NAMES:
             name = frame.f_globals["__name__"]
