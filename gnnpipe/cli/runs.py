@@ -67,7 +67,7 @@ def finish(run: Any, out: str | Path, label: str, progress: bool = True) -> Path
             try:
                 follow(run, progress)
             except KeyboardInterrupt:
-                print("stopping at the end of this epoch (Ctrl-C again to abandon the run)",
+                print("stopping at the end of this epoch (Ctrl-C again: leave without saving)",
                       flush=True)
                 run.stop()
                 run.wait()

@@ -340,7 +340,8 @@ class StageExecutor:
         if not t.snapshot or self.epoch % t.snapshot_period or self._snapshot_epoch == self.epoch:
             return False
         for buf in self.buffers.values():
-            buf.snap.copy_(buf.H)  # type: ignore[union-attr]
+            assert buf.snap is not None  # buffers have a snapshot when snapshots are on
+            buf.snap.copy_(buf.H)
         self._snapshot_epoch = self.epoch
         return True
 

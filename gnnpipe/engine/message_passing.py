@@ -188,11 +188,12 @@ def _normalised_already(module: nn.Module, graph: _LocalGraph) -> Iterator[None]
     if graph.variant[0] != "gcn":
         yield
         return
-    module.normalize = False  # a plain flag: torch types Module attrs as tensors
+    # a plain flag: torch types Module.__setattr__'s value as Tensor | Module only
+    module.normalize = False  # type: ignore[assignment]
     try:
         yield
     finally:
-        module.normalize = True
+        module.normalize = True  # type: ignore[assignment]
 
 
 #: A layer's generator seed, computed only for a layer that needs one (off the hot path).

@@ -45,7 +45,11 @@ def _stop_at_exit() -> None:
         except Exception as exc:  # noqa: BLE001 - its cluster may be gone; join it anyway
             logger.warning("stopping %s at exit failed: %s", run.spec.topic, exc)
     for run in runs:
-        run._thread.join()
+        run._thread.join(timeout=2.0)
+        if run._thread.is_alive():  # a long epoch: say why the script does not end yet
+            logger.warning("waiting for %s to stop at its epoch boundary and close (Ctrl-C "
+                           "abandons it)", run.spec.topic)
+            run._thread.join()
 
 
 # Private but kept since Python 3.9 for the same need (concurrent.futures joins its workers

@@ -13,6 +13,7 @@ from dashboard.compare import Compare
 from dashboard.views.whatif import whatif_panel, whatif_plot
 from gnnpipe import schedule
 from gnnpipe.analysis.whatif import what_if
+from gnnpipe.core.job import TrainConfig
 from gnnpipe.run import Run
 from gnnpipe.schedule.simulator import simulate
 
@@ -26,7 +27,8 @@ def _run(mode: str, chunks: int, epoch_time: float, nbytes: int, acc: float) -> 
         "val_acc": [0.4, acc, acc - 0.1], "test_acc": [0.4, acc - 0.05, 0.3],
         "val_loss": [1.0, 0.9, 0.95], "epoch_time": [9.0, epoch_time, epoch_time],
         "comm_bytes": [nbytes] * 3})
-    return Run({"mode": mode, "stages": 2, "chunks": chunks}, history=history, timeline=tl)
+    return Run(TrainConfig.from_dict({"mode": mode, "stages": 2, "chunks": chunks}), history=history,
+               timeline=tl)
 
 
 def _titles(model) -> list[str]:
@@ -53,7 +55,7 @@ def test_compare_table_and_render(tmp_path) -> None:
 
 def test_compare_run_without_timeline() -> None:
     a = _run("pipeline", 4, 2.0, 1000, 0.8)
-    b = Run({"mode": "single"}, history=a.history)
+    b = Run(TrainConfig.from_dict({"mode": "single"}), history=a.history)
     pn.panel(Compare(a, b)).get_root()
     assert "B: single" in Compare(a, b).table().index
 
@@ -68,5 +70,5 @@ def test_whatif_panel_renders_with_predicted_beside_measured() -> None:
     # The run's own costs predict its own epoch exactly: the same makespan in both titles.
     predicted = [t for t in titles if t.startswith("predicted")]
     assert predicted and f"makespan {tl.makespan():.4g} s" in predicted[0]
-    graph = Run({"mode": "graph"}).timeline
+    graph = Run(TrainConfig.from_dict({"mode": "graph"})).timeline
     assert "What if needs" in whatif_panel(graph).object

@@ -10,10 +10,11 @@ from dashboard.style import CLASS_COLORS, OP_COLORS, op_legend
 from dashboard.views.ranks import efficiency_plot, rank_figures, shares_plot, shares_table
 from gnnpipe import schedule
 from gnnpipe.analysis.efficiency import CLASSES, Layout, efficiency, rank_shares
+from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import KINDS
 from gnnpipe.schedule.simulator import simulate
 
-CONFIG = {"mode": "pipeline", "stages": 3, "ways": 1, "chunks": 4}
+CONFIG = TrainConfig.from_dict({"mode": "pipeline", "stages": 3, "ways": 1, "chunks": 4})
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def test_figures_are_the_librarys(timeline) -> None:
     shares, per_epoch = rank_figures(timeline, CONFIG)
     pd.testing.assert_frame_equal(shares, rank_shares(timeline))
     pd.testing.assert_frame_equal(per_epoch, efficiency(timeline, Layout.of(CONFIG)))
-    empty_shares, empty_eff = rank_figures(timeline, {"mode": "single"})
+    empty_shares, empty_eff = rank_figures(timeline, TrainConfig.from_dict({"mode": "single"}))
     assert empty_shares.empty and empty_eff.empty
     assert "no per-rank breakdown" in shares_table(empty_shares, empty_eff)
 

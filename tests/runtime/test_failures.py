@@ -3,6 +3,7 @@ rank; the same cluster then runs the next job. Bad configurations fail before an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -114,13 +115,15 @@ def test_cuda_on_workers_without_a_gpu_is_rejected_before_ranks_start(cluster, s
 
 
 def test_rank_device_and_backend_follow_the_device():
+    from gnnpipe.core.job import TrainConfig
     from gnnpipe.runtime.cluster import check_gpus, local_ranks
-    from gnnpipe.runtime.rank import JobSpec
+    from gnnpipe.runtime.spec import JobSpec
 
-    fields = {f: None for f in JobSpec.__dataclass_fields__
-              if f not in ("device", "eval_every", "stop_event")}
-    assert JobSpec(**fields).backend == "gloo"
-    assert JobSpec(**fields, device="cuda").backend == "nccl"
+    fields = {f: None for f in JobSpec.__dataclass_fields__ if f not in ("job", "node_order")}
+    cpu = TrainConfig.from_dict({"mode": "pipeline", "stages": 2})
+    assert JobSpec(job=cpu, **fields).backend == "gloo"
+    cuda = dataclasses.replace(cpu, device="cuda")
+    assert JobSpec(job=cuda, **fields).backend == "nccl"
     workers = ["tcp://10.0.0.5:4001", "tcp://10.0.0.6:4001", "tcp://10.0.0.5:4002"]
     assert local_ranks(workers) == [0, 0, 1]
     check_gpus(workers, {workers[0]: ["a", "b"], workers[1]: ["c"], workers[2]: ["a", "b"]})
