@@ -50,6 +50,7 @@ from _common import (
 
 import gnnpipe as gp
 from gnnpipe.analysis.efficiency import CLASSES, Layout
+from gnnpipe.core.job import TrainConfig
 
 MODELS, HIDDEN = ("gcn", "gcnii"), 64
 MB = 2**20
@@ -217,9 +218,9 @@ def table(results: list[dict[str, Any]]) -> pd.DataFrame:
         single, local = by[(m, "single", 1, 1, 1)], by[(m, "local", R, 1, 1)]
         k = side_by_side(R)
         shared = by.get((m, "single", 1, 1, k) if r["mode"] == "graph" else (m, "local", R, 1, k))
-        layout = Layout.of({"mode": r["mode"], "stages": R if r["mode"] == "pipeline" else 2,
-                            "ways": 2 if r["mode"] == "hybrid" else 1, "parts": R,
-                            "chunks": r["chunks"]})
+        layout = Layout.of(TrainConfig.from_dict({
+            "mode": r["mode"], "stages": R if r["mode"] == "pipeline" else 2,
+            "ways": 2 if r["mode"] == "hybrid" else 1, "parts": R, "chunks": r["chunks"]}))
         reference = single if r["mode"] == "graph" else local
         ideal = layout.ideal(reference)
         core_ideal = ideal * R / min(R, cores)

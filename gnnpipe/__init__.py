@@ -1,8 +1,25 @@
 """gnnpipe: deep GNN training on whole graphs with GNNPipe's layer pipeline, graph parallelism
 and their hybrid, on Dask workers.
 
+The package is a stack of layers; a module imports only from the layers below it (``make
+lint`` checks it; ``docs/design.md`` §2 explains each)::
+
+    cli                          the ``gnnpipe`` command
+    api | models                 gp.train's door (one TrainConfig per job); the model zoo
+    plan                         profile, choose stage boundaries and chunks
+    runtime                      Dask clusters, ranks, one program per Mode, DistributedRun
+    run                          Run and the RunHandle protocol
+    analysis                     comm_volume, parallel efficiency, what-if schedules
+    pyg                          PyG models as LayerStacks
+    engine                       the math of one epoch (exact, chunked), the epoch driver
+    checkpoint                   shards, manifests, resume and restarts
+    nn | schedule | partition    blocks and stacks; schedules and their simulator; chunks
+    datasets                     graphs, splits, safe loading
+    core                         checks, Mode and other enums, Techniques, Timeline,
+                                 TrainConfig (no torch)
+
 The names below load on first use (PEP 562), so ``import gnnpipe`` (and ``gnnpipe --help``)
-does not import torch."""
+does not import torch; ``dir(gnnpipe)`` lists them."""
 
 from __future__ import annotations
 

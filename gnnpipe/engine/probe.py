@@ -20,7 +20,7 @@ from gnnpipe.engine.single import FullGraphContext
 from gnnpipe.nn import Block
 
 if TYPE_CHECKING:
-    from gnnpipe.nn import BlockList
+    from gnnpipe.nn.stack import BlockList
 
 __all__ = ["AggregationCall", "probe_calls"]
 

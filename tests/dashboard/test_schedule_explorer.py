@@ -10,6 +10,7 @@ from bokeh.models import Title
 
 from dashboard.views.schedule import BUILDERS, ScheduleExplorer
 from gnnpipe import schedule
+from gnnpipe.core.job import TrainConfig
 from gnnpipe.run import Run
 from gnnpipe.schedule.simulator import simulate
 
@@ -115,12 +116,12 @@ def test_plot_and_summary() -> None:
 def test_for_run_opens_on_its_stages_chunks_and_costs() -> None:
     tl = simulate(schedule.gnnpipe(3, 6, step=True), {"forward": 0.5, "backward": 1.5,
                                                       "step": 0.25}, comm=0.125)
-    run = Run({"mode": "pipeline", "stages": 3, "chunks": 6}, timeline=tl)
+    run = Run(TrainConfig.from_dict({"mode": "pipeline", "stages": 3, "chunks": 6}), timeline=tl)
     ex = ScheduleExplorer.for_run(run, other="interleaved")
     assert (ex.stages, ex.chunks, ex.other) == (3, 6, "interleaved")
     assert (ex.forward, ex.backward, ex.comm) == (0.5, 1.5, 0.125)
     assert ex.timeline().makespan() == tl.makespan() - 0.25  # the explorer adds no step
-    single = ScheduleExplorer.for_run(Run({"mode": "single"}))
+    single = ScheduleExplorer.for_run(Run(TrainConfig.from_dict({"mode": "single"})))
     assert (single.stages, single.chunks) == (4, 8)
 
 
