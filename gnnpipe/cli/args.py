@@ -42,7 +42,7 @@ __all__ = [
 MODES = tuple(m.value for m in Mode)
 DISTRIBUTED = tuple(m.value for m in Mode if m.distributed)
 MODELS = ("gcn", "gcnii", "resgcn_plus", "sage")
-DATASETS = ("citeseer", "cora", "facebook", "pubmed")
+DATASETS = ("citeseer", "cora", "facebook", "pubmed", "squirrel")
 
 
 class CliError(Exception):

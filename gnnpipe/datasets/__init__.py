@@ -1,5 +1,5 @@
-"""Graph datasets: Planetoid graphs and Facebook from a local root, planted-partition synthetic
-graphs, a user's own graph made ready to train (:func:`prepare_data`), validation."""
+"""Graph datasets: Planetoid graphs, Facebook and Squirrel from a local root, planted-partition
+synthetic graphs, a user's own graph made ready to train (:func:`prepare_data`), validation."""
 
 from __future__ import annotations
 
@@ -24,19 +24,21 @@ __all__ = ["NAMES", "PLANETOID", "default_root", "load", "num_classes", "prepare
 logger = logging.getLogger(__name__)
 
 PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
-NAMES = (*PLANETOID, "facebook")
+#: Graphs read from their files under the data root (not Planetoid's layout).
+LOCAL = ("facebook", "squirrel")
+NAMES = (*PLANETOID, *LOCAL)
 _SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 _SHARED_ROOT = _SHARED_DATA / "planetoid"
 
 
 def default_root(name: str = "cora") -> Path:
     """Where ``load(name)`` looks: ``$GNNPIPE_DATA``, then ``../shared/data/planetoid`` for
-    Planetoid graphs (``../shared/data`` for ``facebook``), then, for Planetoid, a user cache
-    folder (PyG downloads there)."""
+    Planetoid graphs (``../shared/data`` for ``facebook`` and ``squirrel``), then, for
+    Planetoid, a user cache folder (PyG downloads there)."""
     env = os.environ.get("GNNPIPE_DATA")
     if env:
         return Path(env).expanduser()
-    if str(name).lower() == "facebook":
+    if str(name).lower() in LOCAL:
         return _SHARED_DATA
     if _SHARED_ROOT.is_dir():
         return _SHARED_ROOT
@@ -121,9 +123,10 @@ def _writable(path: Path) -> bool:
 
 
 def load(name: str, root: str | os.PathLike | None = None, normalize_features: bool = True,
-         seed: int = 0) -> Data:
-    """Load a Planetoid graph (``cora``, ``citeseer``, ``pubmed``) with its public split, or the
-    Facebook Page-Page graph (``facebook``) with a seeded split.
+         seed: int = 0, split: int = 0) -> Data:
+    """Load a Planetoid graph (``cora``, ``citeseer``, ``pubmed``) with its public split, the
+    Facebook Page-Page graph (``facebook``) with a seeded split, or the Squirrel Wikipedia graph
+    (``squirrel``) with one of its ten published splits.
 
     ``facebook`` (MUSAE): 22,470 pages, 170,823 undirected mutual-like edges (the release's
     171,002 less its 179 self-loops), 4,714 binary features (row-normalised like Cora's), 4
@@ -131,16 +134,23 @@ def load(name: str, root: str | os.PathLike | None = None, normalize_features: b
     politician, tvshow). It has no official split: as Planetoid's, 20 training nodes per class
     (80), then 500 validation and 1,000 test nodes, drawn from one permutation seeded by ``seed``.
 
+    ``squirrel`` (Platonov et al., ICLR 2023; the GNNPipe paper's graph): 5,201 pages, 198,353
+    undirected edges (both directions, no self-loops), 2,089 features, 5 classes, dense and
+    heterophilous; ``split`` picks one of its ten splits (0: 2,496 / 1,664 / 1,041, the
+    paper's).
+
     Args:
         name: dataset name, case-insensitive.
         root: Planetoid: folder holding ``<Name>/raw/``; ``facebook``: folder holding
-            ``musae-facebook/``; defaults to :func:`default_root`. Planetoid's raw files are read
-            with a restricted unpickler (a file naming any other global is refused, none of
-            it run) and nothing is cached: PyG's ``processed/`` is neither read nor written.
-            Facebook's are plain csv and json.
+            ``musae-facebook/``; ``squirrel``: folder holding ``heterophilous/squirrel.npz``;
+            defaults to :func:`default_root`. Planetoid's raw files are read with a restricted
+            unpickler (a file naming any other global is refused, none of it run) and nothing
+            is cached: PyG's ``processed/`` is neither read nor written. Facebook's are plain
+            csv and json; Squirrel's npz is read with ``allow_pickle=False``.
         normalize_features: row-normalise the bag-of-words features to sum to one, as the GCN
             and GCNII papers (and PyG's examples) do.
         seed: seeds Facebook's split; Planetoid graphs have a fixed public split (seed 0 only).
+        split: Squirrel's published split, 0-9 (default: 0); other graphs have one (0 only).
 
     Returns:
         A validated PyG ``Data`` with ``x``, ``y``, ``edge_index`` and the three masks.
@@ -151,11 +161,21 @@ def load(name: str, root: str | os.PathLike | None = None, normalize_features: b
     if key not in NAMES:
         raise ValueError(f"name: unknown dataset {name!r}; expected one of {sorted(NAMES)}")
     check.integer("seed", seed, 0)
+    check.integer("split", split, 0)
+    if split and key != "squirrel":
+        raise ValueError(f"split: {key} has one split, so split must be 0, got {split}")
     base = Path(root).expanduser() if root is not None else default_root(key)
     if key == "facebook":
         from gnnpipe.datasets.facebook import read_facebook
 
         data = read_facebook(base, seed)
+    elif key == "squirrel":
+        from gnnpipe.datasets.squirrel import read_squirrel
+
+        if seed:
+            raise ValueError(f"seed: squirrel's splits are published (choose one with split=), so "
+                             f"seed must be 0, got {seed}")
+        data = read_squirrel(base, split)
     elif seed:
         raise ValueError(f"seed: {key} has a fixed public split, so seed must be 0, got {seed}")
     else:

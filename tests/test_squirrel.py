@@ -1,0 +1,53 @@
+"""The Squirrel loader: the paper's graph and split, read without running code."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gnnpipe as gp
+
+
+@pytest.fixture(scope="module")
+def squirrel():
+    return gp.datasets.load("squirrel")
+
+
+def test_squirrel_is_the_papers_graph_and_split(squirrel):
+    assert squirrel.num_nodes == 5201 and squirrel.num_features == 2089
+    assert gp.datasets.num_classes(squirrel) == 5
+    # 198,353 undirected edges, both directions; with self-loops the GNNPipe logs count 401,907
+    assert squirrel.edge_index.size(1) == 2 * 198_353
+    assert 2 * 198_353 + squirrel.num_nodes == 401_907
+    assert not bool((squirrel.edge_index[0] == squirrel.edge_index[1]).any())
+    sizes = [int(m.sum()) for m in (squirrel.train_mask, squirrel.val_mask, squirrel.test_mask)]
+    assert sizes == [2496, 1664, 1041] and squirrel.name == "squirrel"
+
+
+def test_each_split_is_the_releases(squirrel):
+    raw = np.load(gp.datasets.default_root("squirrel") / "heterophilous" / "squirrel.npz")
+    assert squirrel.train_mask.numpy().tolist() == raw["train_masks"][0].tolist()
+    third = gp.datasets.load("squirrel", split=3)
+    assert third.test_mask.numpy().tolist() == raw["test_masks"][3].tolist()
+    assert third.train_mask.tolist() != squirrel.train_mask.tolist()
+
+
+def test_bad_split_and_seed_are_named(tmp_path):
+    with pytest.raises(ValueError, match=r"split: expected an integer in \[0, 10\), got 10"):
+        gp.datasets.load("squirrel", split=10)
+    with pytest.raises(ValueError, match="split: cora has one split"):
+        gp.datasets.load("cora", split=1)
+    with pytest.raises(ValueError, match="seed: squirrel's splits are published"):
+        gp.datasets.load("squirrel", seed=1)
+    with pytest.raises(FileNotFoundError, match="root: no heterophilous/squirrel.npz"):
+        gp.datasets.load("squirrel", root=tmp_path)
+
+
+def test_a_pickled_array_is_refused(tmp_path):
+    folder = tmp_path / "heterophilous"
+    folder.mkdir()
+    arrays = {name: np.zeros(2) for name in ("node_labels", "edges", "train_masks", "val_masks",
+                                             "test_masks")}
+    np.savez(folder / "squirrel.npz", node_features=np.array([{"x": 1}], dtype=object), **arrays)
+    with pytest.raises(ValueError, match="allow_pickle"):
+        gp.datasets.load("squirrel", root=tmp_path)
