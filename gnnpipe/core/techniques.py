@@ -24,6 +24,10 @@ class Techniques:
     snapshot_period: int = 23
     unbiased_grad: bool = True
 
+    def snapshot_due(self, epoch: int) -> bool:
+        """Whether the snapshot is refreshed at the end of ``epoch`` (with ``snapshot`` on)."""
+        return epoch % self.snapshot_period == 0
+
     @property
     def grad_in_h(self) -> bool:
         """Whether ``dZbuf`` can live in ``Hbuf``'s memory: with the snapshot, ``Hbuf`` is reset

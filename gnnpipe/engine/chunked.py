@@ -337,7 +337,7 @@ class StageExecutor:
         """Copy ``Hbuf`` into the snapshot if one is due at this epoch's end and not yet taken;
         whether it was taken now."""
         t = self.techniques
-        if not t.snapshot or self.epoch % t.snapshot_period or self._snapshot_epoch == self.epoch:
+        if not t.snapshot or not t.snapshot_due(self.epoch) or self._snapshot_epoch == self.epoch:
             return False
         for buf in self.buffers.values():
             assert buf.snap is not None  # buffers have a snapshot when snapshots are on
