@@ -69,3 +69,14 @@ def test_efficiency_quick_run_measures_copies_side_by_side_and_every_mode():
         assert float(values["side_by_side_efficiency"]) > 0, row
         assert values["bytes"] == values["predicted_bytes"], row
     assert "wrote" not in done.stdout
+
+
+def test_squirrel_quick_run_trains_exact_and_chunked():
+    """Issue #28's ablation script: exact and the paper's chunked set on Squirrel, end to end."""
+    done = subprocess.run([sys.executable, "benchmarks/squirrel.py", "--quick"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert any(line.split()[:2] == ["3", "single"] for line in lines)
+    assert any(line.split()[:2] == ["3", "all_on"] for line in lines)
+    assert "wrote" not in done.stdout  # --quick writes no results

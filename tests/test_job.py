@@ -103,3 +103,16 @@ def test_every_module_declares_all():
         if not declared:
             missing.append(str(path.relative_to(ROOT)))
     assert missing == []
+
+
+def test_every_mode_returns_a_run_handle(small_graph, cluster):
+    here = gp.train(_model(small_graph), small_graph, "local", chunks=4, epochs=2, progress=False)
+    there = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
+                     cluster=cluster, progress=False)
+    for run in (here, there):
+        assert isinstance(run, gp.RunHandle) and run.done and run.wait() is run
+        assert list(run.summary()["mode"]) == [run.config.mode.value]
+    assert here.launch is None and there.launch is not None
+    assert there.launch.run_id and there.launch.predicted_comm_bytes == there.history[
+        "comm_bytes"].iloc[0]
+    assert there.config.world == 2 and there.spec.job is there.config
