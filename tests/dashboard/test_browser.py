@@ -85,7 +85,10 @@ def test_live_dashboard_in_chromium(cluster, small_graph, browser, tmp_path):
         assert second > first, f"the curve did not grow: {first} -> {second} points"
         assert page.locator("canvas").count() >= MIN_CANVASES  # every view drew its plots
         _stop(run, cluster)  # the page takes the final history, then stops updating
-        final = _points(page, at_least=len(run.history))
+        # a generous bound: with two busy processes and a benchmark beside the suite, Chromium
+        # once drew the final history later than 120 s after the run stopped (570 of 580)
+        final = _poll(lambda: page.evaluate(CURVE_POINTS), lambda n: n >= len(run.history),
+                      timeout=300.0)
         assert final == len(run.history) >= second, f"{final} points for {len(run.history)} epochs"
     finally:
         _close_pages(browser)  # before the server stops: its sockets close cleanly
