@@ -205,9 +205,7 @@ class DistributedRun(RunResults):
                 root = self._recovery.root
                 manifest = (ckpt.latest(root) if root else None) or self._recovery.resume
                 number += 1
-                self._begin(number, manifest, failure)
-                # a local cluster brings killed workers back (launch requires them)
-                self.cluster.ready(self.spec.world, self.spec.job.timeout)
+                self._begin(number, manifest, failure)  # launch waits for restarted workers
 
     def _begin(self, number: int, manifest: ckpt.Manifest | None,
                failure: RankFailure | None = None) -> None:
