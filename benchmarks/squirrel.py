@@ -1,31 +1,36 @@
 """Squirrel (issue #28): the chunked epoch against exact training on the GNNPipe paper's
 dense, low-homophily graph, and an ablation of what differs from the paper's implementation.
 
-Graph: Squirrel, split 0 (``gp.datasets.load("squirrel", split=0, normalize_features=False)``;
-5,201 nodes, 2,089 binary features as released, 5 classes, edges symmetrised). Raw features as
-the issue measured them: row-normalised (``load``'s default), GCNII-16 does not train here (single,
-seed 0: training loss 1.61 -> 1.57 in 300 epochs, train accuracy 0.28, test 0.30), where raw
-features reproduce the issue's single 0.398 (seed 0: 0.397). Model: GCNII-16 (hidden 64, alpha 0.1, theta 0.5, dropout 0.5),
+Graph: Squirrel, split 0 (``gp.datasets.load("squirrel", split=0)``; 5,201 nodes, 2,089 binary
+features as released, 5 classes, edges symmetrised). Its features are not row-normalised (the
+loader's default for Squirrel): row-normalised, GCNII-16 does not train here (single, seed 0:
+training loss 1.61 -> 1.57 in 300 epochs, train accuracy 0.28, test 0.30), where raw features
+reproduce the issue's single 0.398 (seed 0: 0.397). Models (``--model``): GCNII-16 (the issue's),
+GCNII-32 and ResGCN+-32 (the paper's depth), hidden 64, dropout 0.5, GCNII alpha 0.1, theta 0.5;
 Adam lr 0.01, weight decay 5e-4 (``gp.train``'s default, GNN layers included); test accuracy at
 the best-validation epoch (evaluated every epoch); seeds 0, 1, 2 (``torch.manual_seed(seed)``
 before the model, ``seed=seed`` to ``train``).
 
 Configurations, all ``local`` (the chunked epoch ``pipeline`` runs) with 2 stages x 8 chunks of
-METIS's own parts, every technique on and snapshot period 23 (``all_on``: the paper's set,
-gnnpipe's default) unless named: ``single`` (exact); ``ppc_4`` (4·C METIS parts
-merged at random, the paper's chunks); ``no_random_order``, ``no_snapshot``,
-``ppc4_no_snapshot``, ``no_unbiased_grad`` (the candidate default), ``none`` (all three off);
-``snapshot_5``, ``snapshot_100`` (snapshot period); ``chunks_4`` .. ``chunks_32``.
+METIS's own parts and snapshot period 23 unless named: ``single`` (exact; ``graph`` equals it);
+``all_on`` (every technique on: the paper's set, gnnpipe's default before issue #28);
+``ppc_4`` (4·C METIS parts merged at random, the paper's chunks); ``no_random_order``,
+``no_snapshot``, ``ppc4_no_snapshot``, ``no_unbiased_grad``, ``none`` (all three off);
+``snapshot_5``, ``snapshot_100`` (snapshot period); ``chunks_4`` .. ``chunks_32``;
+``default`` (gnnpipe's defaults: unbiased gradients off since issue #28); ``hybrid`` (2 ways x
+2 stages x 8 chunks on 4 Dask worker processes, the defaults; run it with ``--workers 1``).
 
 Run (from the repository root)::
 
     .venv/bin/python benchmarks/squirrel.py                      # all configurations, 300 epochs
     .venv/bin/python benchmarks/squirrel.py --epochs 150 --configs all_on no_snapshot
+    .venv/bin/python benchmarks/squirrel.py --model gcnii32 --configs single default all_on
     .venv/bin/python benchmarks/squirrel.py --quick              # smoke test, writes nothing
 
-A run takes about 3 minutes at 300 epochs on one thread of the 2-core CI
-machine. Writes ``benchmarks/results/squirrel.json`` and ``.md``; a run keeps the earlier rows
-(configuration, epochs, seed) it did not rerun, so the table grows run by run.
+A GCNII-16 run takes about 3 minutes at 300 epochs on one thread of the 2-core CI machine (a
+32-layer one twice that). Writes ``benchmarks/results/squirrel.json`` and ``.md``; a run keeps
+the earlier rows (model, configuration, epochs, seed) it did not rerun, so the table grows run
+by run.
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "ppc4_no_snapshot": {"parts_per_chunk": 4, "techniques": {**ALL_ON, "snapshot": False}},
     "no_unbiased_grad": {"techniques": {**ALL_ON, "unbiased_grad": False}},
     "none": {"techniques": False},
+    "default": {},
+    "hybrid": {"mode": "hybrid", "ways": 2, "stages": 2},
     "snapshot_5": {"techniques": {**ALL_ON, "snapshot_period": 5}},
     "snapshot_100": {"techniques": {**ALL_ON, "snapshot_period": 100}},
     "chunks_4": {"chunks": 4, "techniques": ALL_ON},
@@ -68,44 +75,55 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def run_one(config: str, seed: int, epochs: int) -> dict[str, Any]:
+#: Models (hidden 64, dropout 0.5; GCNII alpha 0.1, theta 0.5): the issue's GCNII-16 and the
+#: paper's 32-layer GCNII and ResGCN+.
+MODELS: dict[str, dict[str, Any]] = {
+    "gcnii16": {"builder": "gcnii", "layers": 16, "alpha": 0.1, "theta": 0.5},
+    "gcnii32": {"builder": "gcnii", "layers": 32, "alpha": 0.1, "theta": 0.5},
+    "resgcn32": {"builder": "resgcn_plus", "layers": 32},
+}
+
+
+def run_one(model_name: str, config: str, seed: int, epochs: int) -> dict[str, Any]:
     import torch
 
     import gnnpipe as gp
 
-    data = gp.datasets.load("squirrel", split=0, normalize_features=False)
+    data = gp.datasets.load("squirrel", split=0)
     torch.manual_seed(seed)
-    model = gp.models.gcnii(data.num_features, hidden=64, out_dim=5, layers=16, alpha=0.1,
-                            theta=0.5, dropout=0.5)
+    spec = dict(MODELS[model_name])
+    model = gp.models.MODELS[spec.pop("builder")](data.num_features, hidden=64, out_dim=5,
+                                                  dropout=0.5, **spec)
     cfg = {"mode": "local", "stages": 2, "chunks": 8, **CONFIGS[config]}
     if cfg["mode"] == "single":
         cfg = {"mode": "single"}
     run = gp.train(model, data, epochs=epochs, seed=seed, lr=0.01, weight_decay=5e-4,
-                   eval_every=1, progress=False, **cfg)
-    return {"config": config, "epochs": epochs, "seed": seed, **run.best,
+                   eval_every=1, progress=False, timeout=7200.0, **cfg)
+    return {"model": model_name, "config": config, "epochs": epochs, "seed": seed, **run.best,
             "final_loss": float(run.history.loss.iloc[-1]),
             "median_epoch_s": float(run.history.epoch_time.median())}
 
 
 def markdown(df: Any, env: dict[str, Any]) -> str:
-    lines = ["# Squirrel: the chunked epoch vs single (GCNII-16, split 0)", "",
+    lines = ["# Squirrel: the chunked epoch vs single (split 0)", "",
              (f"{env['date']} · torch {env['torch']} · 1 process × 1 thread · {env['cpu']} "
               f"({env['cpu_count']} CPUs, shared) · `local`, 2 stages × 8 chunks unless named"), "",
-             ("| epochs | configuration | test acc per seed | mean ± std | vs single | "
-             "best-val epochs |"), "|---:|---|---|---:|---:|---|"]
-    for epochs, rows in df.groupby("epochs", sort=True):
+             ("| model | epochs | configuration | test acc per seed | mean ± std | vs single | "
+              "best-val epochs |"), "|---|---:|---|---|---:|---:|---|"]
+    for (model, epochs), rows in df.groupby(["model", "epochs"], sort=False):
         ref = rows[rows["config"] == "single"]
         single = float(ref["mean"].iloc[0]) if len(ref) else None
         for r in rows.itertuples():
             gap = "" if r.config == "single" or single is None else f"{r.mean - single:+.3f}"
-            lines.append(f"| {epochs} | {r.config} | {r.per_seed} | {r.mean:.3f} ± {r.std:.3f} | "
-                         f"{gap} | {r.best_epoch} |")
+            lines.append(f"| {model} | {epochs} | {r.config} | {r.per_seed} | "
+                         f"{r.mean:.3f} ± {r.std:.3f} | {gap} | {r.best_epoch} |")
     lines += ["", "Test accuracy at the best-validation epoch; std over seeds (sample)."]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="gcnii16", choices=list(MODELS))
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--epochs", type=int, default=300)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -116,23 +134,24 @@ def main() -> None:
         args.epochs, args.seeds, args.configs = 3, [0], ["single", "all_on"]
     out = output_dir(args)
     env, start = environment(threads=1, workers=args.workers), time.perf_counter()
-    jobs = [(c, s, args.epochs) for s in args.seeds for c in args.configs]
-    journal, recovered, jobs = resume_journal(out, "squirrel", jobs, ("config", "seed", "epochs"))
+    jobs = [(args.model, c, s, args.epochs) for s in args.seeds for c in args.configs]
+    key = ("model", "config", "seed", "epochs")
+    journal, recovered, jobs = resume_journal(out, "squirrel", jobs, key)
     results = run_pool(run_one, jobs, args.workers, 1, lambda r: (
-        f"{r['config']:17s} seed {r['seed']} {r['epochs']} epochs  test@best-val "
+        f"{r['model']} {r['config']:17s} seed {r['seed']} {r['epochs']} epochs  test@best-val "
         f"{r['test_acc']:.3f} (epoch {r['epoch']})"), journal)
-    key = ("config", "seed", "epochs")
     done = {tuple(r[k] for k in key) for r in results}
     results += [r for r in recovered if tuple(r[k] for k in key) not in done]
     finish(env, start)
     if out is not None and (out / "squirrel.json").exists():  # keep the other runs' rows
-        earlier = json.loads((out / "squirrel.json").read_text())["runs"]
+        earlier = [{"model": "gcnii16", **r}  # rows from before --model: GCNII-16
+                   for r in json.loads((out / "squirrel.json").read_text())["runs"]]
         ran = {tuple(r[k] for k in key) for r in results}
         results = [r for r in earlier if tuple(r[k] for k in key) not in ran] + results
     order = list(CONFIGS)
-    results.sort(key=lambda r: (r["epochs"], order.index(r["config"]) if r["config"] in order
-                                else len(order), r["seed"]))
-    df = accuracy_rows(results, ["epochs", "config"])
+    results.sort(key=lambda r: (list(MODELS).index(r["model"]), r["epochs"],
+                                order.index(r["config"]), r["seed"]))
+    df = accuracy_rows(results, ["model", "epochs", "config"])
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if out is not None:
         write_results(out, "squirrel", payload(env, df, results, args), markdown(df, env))

@@ -350,9 +350,10 @@ def for_training(model: Any, mode: str, data: Any = None) -> Any:
 
 
 def default_techniques(stack: LayerStack) -> Techniques:
-    """GNNPipe's techniques when ``train`` is given none: all on for stacks that aggregate with
-    ``Â @ h``; for a stack holding PyG message-passing layers, the snapshot and unbiased gradients
-    off ("fresh" historical rows and each chunk's latest pushed gradient). Measured on Cora
+    """GNNPipe's techniques when ``train`` is given none: :class:`Techniques`' defaults (random
+    order and snapshot on, unbiased gradients off: issue #28, ``benchmarks/squirrel.py``) for
+    stacks that aggregate with ``Â @ h``; for a stack holding PyG message-passing layers, the
+    snapshot off too ("fresh" historical rows and each chunk's latest pushed gradient). Measured on Cora
     (``benchmarks/pyg_accuracy.py``, seeds 0-2): a GAT with dropout 0.6 trained 2 x 8 chunks
     came 1.5 points below single this way, 3.0 below with every technique on (seeds 0-7: 0.8
     and 2.5); a 100-epoch GAT reached 0.75 against 0.44."""

@@ -84,7 +84,8 @@ def test_resumed_run_equals_the_uninterrupted_one(small_graph, mode, request, tm
 
 def test_a_checkpoint_holds_plain_data_and_lists_its_shards(small_graph, cluster, tmp_path):
     gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=4,
-             checkpoint=tmp_path, checkpoint_every=2, cluster=cluster, progress=False)
+             checkpoint=tmp_path, checkpoint_every=2, cluster=cluster, progress=False,
+             techniques=True)
     manifest = ckpt.latest(tmp_path)
     assert manifest.epoch == 4 and manifest.world == 2
     assert [p.name for p in sorted(ckpt.epoch_dir(tmp_path, 2).iterdir())] == [

@@ -32,6 +32,18 @@ def test_each_split_is_the_releases(squirrel):
     assert third.train_mask.tolist() != squirrel.train_mask.tolist()
 
 
+def test_features_are_kept_as_released_unless_asked(squirrel):
+    """Row-normalised, Squirrel's binary features stop a GCNII-16 training (benchmarks/
+    squirrel.py); its default keeps them as released, while Cora's stay row-normalised."""
+    raw = np.load(gp.datasets.default_root("squirrel") / "heterophilous" / "squirrel.npz")
+    assert np.array_equal(squirrel.x.numpy(), raw["node_features"])
+    normalised = gp.datasets.load("squirrel", normalize_features=True).x
+    rows = normalised.sum(1)
+    assert np.allclose(rows[rows > 0].numpy(), 1.0, atol=1e-5)
+    cora = gp.datasets.load("cora").x.sum(1)
+    assert np.allclose(cora[cora > 0].numpy(), 1.0, atol=1e-5)
+
+
 def test_bad_split_and_seed_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"split: expected an integer in \[0, 10\), got 10"):
         gp.datasets.load("squirrel", split=10)

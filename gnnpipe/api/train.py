@@ -71,8 +71,9 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
             1 (default): METIS's own parts, the fewest edges between chunks; 4: the GNNPipe
             paper's merge.
         techniques: GNNPipe's convergence switches (:class:`~gnnpipe.core.techniques.Techniques`;
-            a dict changes the all-on defaults). ``None``: all on, except for models with PyG
-            message-passing layers, which train with the snapshot and unbiased gradients off
+            a dict changes the defaults: random order and snapshot on, unbiased gradients off;
+            ``True``: all three on, the paper's set). ``None``: the defaults, except for models
+            with PyG message-passing layers, which train with the snapshot off too
             (:func:`gnnpipe.pyg.default_techniques`).
         ways: data-parallel pipelines of ``hybrid`` (chunks are split among them).
         parts: graph-parallel ranks of ``graph`` (METIS partitions).

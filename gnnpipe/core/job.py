@@ -108,7 +108,7 @@ class TrainConfig:
             values.setdefault(name, default)
         values["mode"] = Mode.parse("mode", raw.get("mode"))
         values["ranges"] = tuple((int(a), int(b)) for a, b in values["ranges"])
-        values["techniques"] = Techniques.coerce(raw.get("techniques"))
+        values["techniques"] = Techniques.coerce(raw.get("techniques", True))  # older: all on
         return cls(**values)
 
 

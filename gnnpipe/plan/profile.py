@@ -58,7 +58,8 @@ class BlockCost:
     ``forward_s``/``backward_s`` are seconds per chunk row, ``*_fixed_s`` seconds per chunk op
     whatever its rows, ``step_s`` seconds per epoch (its Adam step and buffer resets);
     ``activation_bytes`` are kept per row from a chunk's forward to its backward,
-    ``buffer_bytes`` held per graph row (``Hbuf`` and its snapshot; ``dZbuf`` lives in ``Hbuf``);
+    ``buffer_bytes`` held per graph row with the default techniques (``Hbuf``, its snapshot and
+    ``dZbuf``; with every technique on ``dZbuf`` lives in ``Hbuf``, a third less);
     (``optimizer_bytes``) is twice ``param_bytes``.
     """
 
