@@ -9,8 +9,8 @@ For each: median of ``run.history["epoch_time"]`` after 2 warm-up epochs (traini
 per-epoch evaluation excluded), bytes per epoch measured (``run.history["comm_bytes"]``) and
 predicted (``gp.comm_volume``), and peak RSS per rank (``VmHWM``). ``single`` and ``local`` run
 in a fresh child process each; distributed runs share one 4-worker Dask cluster whose workers'
-high-water marks are reset before each run (``clear_refs``; ``run.peak_rss`` is otherwise the
-worker's lifetime peak). Every process uses one torch thread.
+high-water marks are reset before each run (``clear_refs``; each rank also reports its own,
+``run.memory()``, counted from when the rank started). Every process uses one torch thread.
 
 Part 2 (no training) compares ``gp.comm_volume`` of ``graph`` (4 METIS parts) and
 ``pipeline`` (4 stages) for GCN-32 and GCNII-32 on Cora and on synthetic 50K-node graphs of
@@ -129,7 +129,9 @@ def measure(args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
             hwm = cluster.client.run(peak_rss)  # rank r ran on the r-th worker address
             ranks = cluster.workers()[:cfg["ranks"]]
             results.append(summarize_run(run, cfg, {r: hwm[w] for r, w in enumerate(ranks)}))
-            results[-1]["run_peak_rss_mb"] = {r: v / MB for r, v in run.peak_rss.items()}
+            mem = run.memory()  # the ranks' own VmHWM: the increment plus its starting point
+            results[-1]["run_peak_rss_mb"] = {int(r.rank): (r.peak_bytes + r.baseline_bytes) / MB
+                                              for r in mem.itertuples()}
             log(results[-1])
     for r in results:
         r["predicted_bytes"] = gp.comm_volume(build(r["model"], data, r["layers"]), data, r["mode"],

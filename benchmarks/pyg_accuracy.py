@@ -14,7 +14,8 @@ Configurations: ``single`` (exact full graph) and the chunked epoch with 2 stage
 METIS parts merged per chunk (``parts_per_chunk=4``; ``chunking.py`` has the default chunking):
 ``local`` with every technique on, ``local_no_unbiased`` (unbiased gradients off),
 ``local_no_snapshot`` and ``local_fresh`` (both off: gnnpipe's default for PyG models, chosen
-from these runs). ``local`` computes exactly what ``pipeline`` computes (``pipeline`` equals
+from these runs); ``local_default``: gnnpipe's defaults as they are now (METIS's own parts as
+chunks; for built-in stacks unbiased gradients off since issue #28, ``squirrel.py``). ``local`` computes exactly what ``pipeline`` computes (``pipeline`` equals
 ``local`` to 1e-5 in tests/runtime/test_pyg_modes.py); it runs in one process here so that two
 runs share the two cores. ``--pipeline-check`` also trains the first case's ``local`` seed 0 as a
 real 2-rank ``pipeline`` and records both best epochs.
@@ -26,6 +27,8 @@ Run (from the repository root)::
 
     .venv/bin/python benchmarks/pyg_accuracy.py                    # all cases (hours on 2 cores)
     .venv/bin/python benchmarks/pyg_accuracy.py --cases cora/gat   # one case
+    .venv/bin/python benchmarks/pyg_accuracy.py --cases facebook/gcnii32 --epochs 200 \
+        --configs local_default                                     # today's defaults
     .venv/bin/python benchmarks/pyg_accuracy.py --quick            # smoke test, writes nothing
 
 Writes ``benchmarks/results/pyg_accuracy.json`` and ``.md`` (a run of some cases keeps the other
@@ -68,6 +71,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "local_no_unbiased": {**CHUNKED, "techniques": {"unbiased_grad": False}},
     "local_no_snapshot": {**CHUNKED, "techniques": {"snapshot": False}},
     "local_fresh": {**CHUNKED, "techniques": {"snapshot": False, "unbiased_grad": False}},
+    #: gnnpipe's defaults today: METIS's own parts as chunks, the default techniques (for
+    #: built-in stacks unbiased gradients off since issue #28; PyG stacks' as before)
+    "local_default": {"mode": "local", "stages": 2, "chunks": 8},
 }
 CASE_CONFIGS = {"gat": ["single", "local", "local_no_unbiased"],
                 "gat_dropout": ["single", "local", "local_no_unbiased"],

@@ -93,7 +93,8 @@ def train_pipeline(cluster: Any, nodes: int, layers: int, epochs: int,
                    epochs=epochs + 1, eval_every=epochs + 10, cluster=cluster, progress=False,
                    recompute=recompute, timeout=1800.0)
     return {"epoch_s": statistics.median(run.history["epoch_time"][1:]),
-            "peak_per_rank": [run.peak_rss[r] for r in sorted(run.peak_rss)],
+            # VmHWM since the rank started (run.memory(): the increment and what it started from)
+            "peak_per_rank": (run.memory()["peak_bytes"] + run.memory()["baseline_bytes"]).tolist(),
             "efficiency": float(run.summary()["parallel_efficiency"].iloc[0])}
 
 

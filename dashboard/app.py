@@ -29,7 +29,7 @@ from dashboard.views.whatif import whatif_panel
 from gnnpipe.analysis.efficiency import Layout
 from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import Timeline
-from gnnpipe.run import HISTORY_COLUMNS
+from gnnpipe.run import HISTORY_COLUMNS, memory_from
 
 if TYPE_CHECKING:
     from panel.io.callbacks import PeriodicCallback
@@ -133,6 +133,12 @@ class _Session:
             return frame.reindex(columns=list(HISTORY_COLUMNS))
         return history_from(self.records)
 
+    def memory(self) -> pd.DataFrame:
+        """Per rank peak memory: the final table, else the latest the ranks' records carry."""
+        if self.final is not None:
+            return self.final.memory
+        return memory_from([r for r in self.records if "rank" in r])
+
     def timeline(self) -> Timeline:
         if self.final is not None:
             return self.final.timeline
@@ -156,7 +162,8 @@ class _Session:
 class _RanksCard:
     """Per-rank shares of the epoch and parallel efficiency (:mod:`dashboard.views.ranks`)."""
 
-    def __init__(self, config: TrainConfig | None, timeline: Timeline) -> None:
+    def __init__(self, config: TrainConfig | None, timeline: Timeline,
+                 memory: pd.DataFrame) -> None:
         self.config = config
         ranks = _run_ranks(config)
         shares, per_epoch = rank_views.rank_figures(timeline, config)
@@ -165,12 +172,14 @@ class _RanksCard:
         self.efficiency = LiveView(rank_views.efficiency_plot, per_epoch,
                                    sizing_mode="stretch_width")
         self.table = pn.pane.Markdown(rank_views.shares_table(shares, per_epoch), width=360)
-        self.layout = pn.Row(self.shares.pane, self.efficiency.pane, self.table,
-                             sizing_mode="stretch_width")
+        self.memory = pn.pane.Markdown(rank_views.memory_table(memory), width=260)
+        self.layout = pn.Row(self.shares.pane, self.efficiency.pane,
+                             pn.Column(self.table, self.memory), sizing_mode="stretch_width")
         self.epochs = tuple(timeline_epochs(timeline))
 
-    def update(self, timeline: Timeline) -> None:
+    def update(self, timeline: Timeline, memory: pd.DataFrame) -> None:
         """Redraw when the timeline holds other epochs than last time."""
+        self.memory.object = rank_views.memory_table(memory)
         epochs = tuple(timeline_epochs(timeline))
         if epochs == self.epochs:
             return
@@ -285,7 +294,7 @@ class Dashboard(param.Parameterized):
                              history, sizing_mode="stretch_width")
         difference = LiveView(lambda h: comm_views.bytes_difference_plot(h, predicted_bytes),
                               history, sizing_mode="stretch_width")
-        ranks = _RanksCard(config, timeline)
+        ranks = _RanksCard(config, timeline, session.memory())
         grid = {"ncols": 2, "sizing_mode": "stretch_width"}
         cards = [
             pn.Card(pn.Row(losses.pane, accuracy.pane, times.pane), title="Training"),
@@ -325,7 +334,7 @@ class Dashboard(param.Parameterized):
                 comm = session.comm()
                 matrix.update(comm)
                 kinds.update(comm)
-                ranks.update(tl)
+                ranks.update(tl, session.memory())
             if session.final is not None:  # the run ended: this was the last update
                 periodic[0].stop()
 

@@ -19,7 +19,7 @@ import pandas as pd
 from gnnpipe.core.job import Launch, TrainConfig
 from gnnpipe.core.kinds import Mode
 from gnnpipe.core.timeline import Timeline
-from gnnpipe.run import HISTORY_COLUMNS
+from gnnpipe.run import HISTORY_COLUMNS, memory_from
 
 __all__ = ["Feed", "ReplaySource", "RunSource", "Snapshot", "Source", "TopicSource", "as_source",
            "rebuild_partitioning"]
@@ -82,6 +82,8 @@ class Snapshot:
     timeline: Timeline
     comm: pd.DataFrame
     done: bool
+    #: per rank peak memory (``Run.memory()``; empty where the source has none)
+    memory: pd.DataFrame = field(default_factory=lambda: memory_from([]))
 
 
 class Source:
@@ -120,7 +122,8 @@ class RunSource(Source):
     def final(self) -> Snapshot | None:
         if not self.run.done or getattr(self.run, "_error", None) is not None:
             return None
-        return Snapshot(self.config, self.run.history, self.run.timeline, self.run.comm, True)
+        return Snapshot(self.config, self.run.history, self.run.timeline, self.run.comm, True,
+                        self.run.memory())
 
 
 class TopicSource(Source):
@@ -164,11 +167,13 @@ class ReplaySource(Source):
         comm_file = folder / "comm.csv"
         self.comm = (pd.read_csv(comm_file) if comm_file.exists()
                      else pd.DataFrame(columns=["src", "dst", "kind", "bytes"]))
+        memory_file = folder / "memory.csv"
+        self.memory = pd.read_csv(memory_file) if memory_file.exists() else memory_from([])
         self._rebuilt: tuple[Any, Any] | None = None
         self.missing = ""  # why the partitioning is not shown (set by _rebuild)
 
     def final(self) -> Snapshot:
-        return Snapshot(self.config, self.history, self.timeline, self.comm, True)
+        return Snapshot(self.config, self.history, self.timeline, self.comm, True, self.memory)
 
     @property
     def data(self) -> Any:

@@ -15,8 +15,8 @@ from gnnpipe.analysis import efficiency as eff
 from gnnpipe.core.job import Launch, TrainConfig
 from gnnpipe.core.timeline import Timeline
 
-__all__ = ["EVENT_COLUMNS", "HISTORY_COLUMNS", "Run", "RunHandle", "RunResults", "best_epoch",
-           "events_frame", "history_from"]
+__all__ = ["EVENT_COLUMNS", "HISTORY_COLUMNS", "MEMORY_COLUMNS", "Run", "RunHandle", "RunResults",
+           "best_epoch", "events_frame", "history_from", "memory_from"]
 
 HISTORY_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "val_loss",
                    "epoch_time", "comm_bytes")
@@ -24,6 +24,10 @@ HISTORY_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "val_los
 #: (the first epoch it ran again); ``attempt`` counts restarts, ``rank`` and ``cause`` name the
 #: failure that caused a restart.
 EVENT_COLUMNS = ("epoch", "event", "attempt", "rank", "cause")
+#: ``run.memory()``: per rank, the most resident memory its run added to its process
+#: (``peak_bytes``), the resident size it started from (``baseline_bytes``) and torch's peak on a
+#: CUDA device (``device_peak_bytes``, 0 on the CPU); :mod:`gnnpipe.engine.memory` says how.
+MEMORY_COLUMNS = ("rank", "peak_bytes", "baseline_bytes", "device_peak_bytes")
 
 
 def events_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -48,6 +52,20 @@ def history_from(records: list[dict[str, Any]], restarts: bool = False) -> pd.Da
     metrics = _lowest_rank(frame, "val_acc", ["train_acc", "val_acc", "test_acc", "val_loss"])
     merged = per_epoch.join(losses, how="inner").join(metrics, how="left").reset_index()
     return merged.reindex(columns=columns)
+
+
+def memory_from(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per rank, the highest ``peak_bytes`` and ``device_peak_bytes`` its epoch records carry and
+    the ``baseline_bytes`` of its latest attempt (:data:`MEMORY_COLUMNS`; older checkpoints'
+    records without them are skipped)."""
+    rows = [r for r in records if "peak_bytes" in r]
+    if not rows:
+        return pd.DataFrame(columns=list(MEMORY_COLUMNS)).astype("int64")
+    frame = pd.DataFrame(rows)
+    per_rank = frame.groupby("rank").agg(peak_bytes=("peak_bytes", "max"),
+                                         baseline_bytes=("baseline_bytes", "last"),
+                                         device_peak_bytes=("device_peak_bytes", "max"))
+    return per_rank.reset_index().reindex(columns=list(MEMORY_COLUMNS)).astype("int64")
 
 
 def _lowest_rank(frame: pd.DataFrame, key: str, columns: list[str]) -> pd.DataFrame:
@@ -85,6 +103,12 @@ class RunResults:
     def live_timeline(self) -> Timeline:
         raise NotImplementedError
 
+    def memory(self) -> pd.DataFrame:
+        """Per rank (one row, rank 0, in one-process modes): the peak memory its run added to
+        its process so far (:data:`MEMORY_COLUMNS`, measured as :mod:`gnnpipe.engine.memory`
+        says, the same way in every mode)."""
+        raise NotImplementedError
+
     @property
     def best(self) -> dict[str, float]:
         """``{epoch, val_acc, test_acc}``: test accuracy at the best validation epoch."""
@@ -95,8 +119,8 @@ class RunResults:
         return self.live_timeline().to_chrome_trace(path)
 
     def save(self, folder: str | Path) -> Path:
-        """Write ``history.csv``, ``trace.json``, ``timeline.json``, ``comm.csv``, ``events.csv``
-        and ``config.json`` (the job, :meth:`TrainConfig.to_dict`, with the launch's run id and
+        """Write ``history.csv``, ``trace.json``, ``timeline.json``, ``comm.csv``, ``events.csv``,
+        ``memory.csv`` (:meth:`memory`) and ``config.json`` (the job, :meth:`TrainConfig.to_dict`, with the launch's run id and
         predicted bytes, and ``status: failed`` and the ``error`` of a failed run) into
         ``folder``."""
         folder = Path(folder)
@@ -107,6 +131,7 @@ class RunResults:
         timeline.to_chrome_trace(folder / "trace.json")
         self.comm.to_csv(folder / "comm.csv", index=False)
         self.events.to_csv(folder / "events.csv", index=False)
+        self.memory().to_csv(folder / "memory.csv", index=False)
         config = {**self.config.to_dict(), **(self.launch.to_dict() if self.launch else {})}
         if self.error is not None:
             config.update(status="failed", error=self.error)
@@ -129,12 +154,14 @@ class RunResults:
         return eff.rank_shares(self.live_timeline())
 
     def summary(self) -> pd.DataFrame:
-        """One row: mode, best epoch and accuracies, median epoch time, bytes per epoch and, for
-        distributed runs, the median parallel efficiency and time shares (first epoch skipped)."""
+        """One row: mode, best epoch and accuracies, median epoch time, bytes per epoch, the
+        highest rank's peak memory (``peak_bytes``, :meth:`memory`) and, for distributed runs, the median parallel efficiency and time shares (first epoch skipped)."""
         h = self.history
+        memory = self.memory()
         row = {"mode": self.config.mode.value, **self.best,
                "epoch_time_s": float(h["epoch_time"].median()) if len(h) else float("nan"),
-               "comm_bytes_per_epoch": float(h["comm_bytes"].median()) if len(h) else 0.0}
+               "comm_bytes_per_epoch": float(h["comm_bytes"].median()) if len(h) else 0.0,
+               "peak_bytes": int(memory["peak_bytes"].max()) if len(memory) else 0}
         per_epoch = self.efficiency()
         if len(per_epoch) > 1:
             per_epoch = per_epoch.iloc[1:]
@@ -165,6 +192,7 @@ class Run(RunResults):
         partitioning: the chunking (chunked modes) or METIS partitioning (graph) it used.
         data: the graph it trained on.
         events: resumes and restarts (:data:`EVENT_COLUMNS`); empty for a run that had none.
+        peaks: what :meth:`memory` returns (:func:`memory_from` of the epoch records).
         launch: a distributed run's id and predicted bytes (None in one process).
         error: why the run failed (None for a run that finished).
     """
@@ -179,10 +207,15 @@ class Run(RunResults):
     events: pd.DataFrame = field(default_factory=lambda: events_frame([]))
     launch: Launch | None = None
     error: str | None = None
+    peaks: pd.DataFrame = field(default_factory=lambda: memory_from([]))
 
     @property
     def done(self) -> bool:
         return True
+
+    def memory(self) -> pd.DataFrame:
+        """Per rank: the peak memory its run added (:data:`MEMORY_COLUMNS`)."""
+        return self.peaks.copy()
 
     def wait(self, timeout: float | None = None) -> Run:
         """A finished run: itself."""
@@ -246,5 +279,7 @@ class RunHandle(Protocol):
     def efficiency(self, reference: float | None = None) -> pd.DataFrame: ...
 
     def rank_shares(self) -> pd.DataFrame: ...
+
+    def memory(self) -> pd.DataFrame: ...
 
     def summary(self) -> pd.DataFrame: ...

@@ -12,7 +12,7 @@ from gnnpipe.analysis.efficiency import CLASSES, Layout, efficiency, rank_shares
 from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import Timeline
 
-__all__ = ["efficiency_plot", "rank_figures", "shares_plot", "shares_table"]
+__all__ = ["efficiency_plot", "memory_table", "rank_figures", "shares_plot", "shares_table"]
 
 _SHARE_COLUMNS = ["rank", "class", "share"]
 
@@ -79,3 +79,18 @@ def shares_table(shares: pd.DataFrame, per_epoch: pd.DataFrame) -> str:
                    + " |\n" for rank in shares.index)
     median = per_epoch["efficiency"].median() if len(per_epoch) else float("nan")
     return head + body + f"\nparallel efficiency (median over epochs): **{median:.0%}**"
+
+
+def memory_table(memory: pd.DataFrame) -> str:
+    """Markdown: per rank, the peak memory its run added to its process (``Run.memory()``)."""
+    if memory.empty:
+        return "Peak memory: none reported yet."
+    rows = "".join(f"| {int(r.rank)} | {_size(int(r.peak_bytes))} |\n"
+                   for r in memory.itertuples())
+    return ("| rank | peak memory |\n|---|---:|\n" + rows
+            + "\nwhat each rank's run added to its process's resident memory at its highest")
+
+
+def _size(n: int) -> str:
+    """Bytes as MiB below 1 GiB, else GiB."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"

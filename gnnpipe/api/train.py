@@ -23,11 +23,12 @@ from gnnpipe.engine import single
 from gnnpipe.engine.driver import EpochCallback, EpochProgram, drive
 from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.engine.local import LocalEngine
+from gnnpipe.engine.memory import MemoryMeter
 from gnnpipe.engine.state import param_shapes
 from gnnpipe.nn import LayerStack
 from gnnpipe.partition import chunk as make_chunks
 from gnnpipe.pyg import for_training
-from gnnpipe.run import Run, RunHandle, events_frame, history_from
+from gnnpipe.run import Run, RunHandle, events_frame, history_from, memory_from
 from gnnpipe.runtime.start import start_distributed
 
 __all__ = ["follow", "train"]
@@ -138,6 +139,7 @@ def _train_here(model: LayerStack, data: Data, job: TrainConfig, recovery: ckpt.
                 progress: bool) -> Run:
     """``single`` and ``local``: the epoch driver in this process, resumed and checkpointed as
     ``recovery`` says."""
+    meter = MemoryMeter(job.device).begin()  # counts from here: the caller's memory does not
     model.to(job.device)
     optimizer = torch.optim.Adam(model.param_groups(job.weight_decay, job.gnn_weight_decay),
                                  lr=job.lr)
@@ -157,7 +159,7 @@ def _train_here(model: LayerStack, data: Data, job: TrainConfig, recovery: ckpt.
     start, inherited = recovery.start(program)
     bar = tqdm(total=job.epochs, initial=start, desc=f"{model.name}-{model.num_layers} {job.mode}",
                disable=not progress, leave=False)
-    callbacks: list[EpochCallback] = [functools.partial(_one_process_record, bar)]
+    callbacks: list[EpochCallback] = [meter, functools.partial(_one_process_record, bar)]
     if recovery.root is not None:
         callbacks.append(ckpt.Checkpointer(recovery.root, recovery.every, job.epochs, program,
                                            job, param_shapes(model),
@@ -169,7 +171,8 @@ def _train_here(model: LayerStack, data: Data, job: TrainConfig, recovery: ckpt.
     if len(timeline):
         timeline.df[["start", "end"]] -= origin
     return Run(config=job, history=history_from(inherited + records), timeline=timeline,
-               data=data, partitioning=parts, events=events_frame(recovery.events()))
+               data=data, partitioning=parts, events=events_frame(recovery.events()),
+               peaks=memory_from(records))
 
 
 def _one_process_record(bar: Any, record: dict[str, Any]) -> bool:

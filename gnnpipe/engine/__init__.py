@@ -3,6 +3,8 @@
 - :mod:`~gnnpipe.engine.graph` and :mod:`~gnnpipe.engine.message_passing`: normalised
   adjacency, chunk rows and PyG message passing on full graphs, chunks and halos;
   :mod:`~gnnpipe.engine.state`: an engine's model and Adam state as checkpoint shards hold them;
+  :mod:`~gnnpipe.engine.memory`: the peak memory a run adds to its process, measured alike in
+  every mode;
 - :mod:`~gnnpipe.engine.single`: the exact full-graph epoch;
 - :mod:`~gnnpipe.engine.chunked`: GNNPipe's chunked epoch (historical embeddings) of one stage;
   :mod:`~gnnpipe.engine.driver`: the one epoch loop every mode runs (``EpochProgram``);

@@ -14,7 +14,7 @@ from distributed import Event
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.analysis import efficiency as eff
 from gnnpipe.core.timeline import Timeline
-from gnnpipe.run import RunResults, events_frame, history_from
+from gnnpipe.run import RunResults, events_frame, history_from, memory_from
 from gnnpipe.runtime.cluster import Cluster
 from gnnpipe.runtime.launch import RankFailure, launch
 from gnnpipe.runtime.spec import JobSpec, RankResult
@@ -75,6 +75,7 @@ class DistributedRun(RunResults):
         self.comm = pd.DataFrame(columns=["src", "dst", "kind", "bytes"])
         self.error: str | None = None
         self._history: pd.DataFrame | None = None  # the final history, once done
+        self._memory: pd.DataFrame | None = None  # the final per-rank peaks, once done
         self._model, self._recovery = model, recovery
         self._live: list[dict[str, Any]] = []  # this attempt's records
         self._live_ops: list[dict[str, Any]] = []
@@ -85,7 +86,6 @@ class DistributedRun(RunResults):
         self._lock = threading.Lock()
         self._error: BaseException | None = None  # read by the dashboard
         self._finished = threading.Event()
-        self.peak_rss: dict[int, int] = {}
         self.workers: list[str] = []  # rank r ran on workers[r] (set when the run ends)
         self._stop = Event(spec.stop_event, client=cluster.client)
         self._stopping = False  # stop() was called
@@ -103,6 +103,14 @@ class DistributedRun(RunResults):
             return self._history
         with self._lock:
             return history_from(self._prior + self._live, self._recovery.restarts > 0)
+
+    def memory(self) -> pd.DataFrame:
+        """Per rank: the peak memory its run added so far (:data:`gnnpipe.run.MEMORY_COLUMNS`;
+        after a restart, the restarted attempt's)."""
+        if self._memory is not None:
+            return self._memory.copy()
+        with self._lock:
+            return memory_from(list(self._live))
 
     @property
     def events(self) -> pd.DataFrame:
@@ -225,10 +233,10 @@ class DistributedRun(RunResults):
         state: dict[str, Any] = {}
         for result in results:
             state.update(result.state)
-            self.peak_rss[result.rank] = result.peak_rss
         self.workers = [r.worker for r in sorted(results, key=lambda r: r.rank)]
         self._model.load_state_dict(state)
         records = self._prior + [r for res in results for r in res.records]
+        self._memory = memory_from([r for res in results for r in res.records])
         history = history_from(records, self._recovery.restarts > 0)
         self.timeline = Timeline.from_events([e for res in results for e in res.events])
         layout = eff.Layout.of(self.config)

@@ -20,6 +20,7 @@ from gnnpipe import checkpoint as ckpt
 from gnnpipe.core.kinds import Mode
 from gnnpipe.engine import state as engine_state
 from gnnpipe.engine.driver import Checkpointable, drive
+from gnnpipe.engine.memory import MemoryMeter
 from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.graph import graph_program
@@ -27,7 +28,6 @@ from gnnpipe.runtime.hybrid import hybrid_program
 from gnnpipe.runtime.pipeline import pipeline_program
 from gnnpipe.runtime.spec import Attempt, JobSpec, RankResult
 from gnnpipe.runtime.store import bind_transport, rendezvous, worker_host
-from gnnpipe.runtime.workerenv import release_freed_memory
 
 __all__ = ["PROGRAMS", "EpochReporter", "run_rank"]
 
@@ -89,31 +89,6 @@ class EpochReporter:
         return self.comm.broadcast_flag(stop)
 
 
-def _reset_peak_rss() -> None:
-    """Start this rank's peak-memory count afresh (workers are reused across runs), from a
-    resident size without the heap an earlier run on this worker left."""
-    release_freed_memory()
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:  # not Linux, or not permitted: the peak then covers the worker's lifetime
-        pass
-
-
-def _peak_rss() -> int:
-    """Peak resident memory in bytes since :func:`_reset_peak_rss` (Linux ``VmHWM``)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _clock_domain() -> str:
     """What identifies this process's ``perf_counter`` clock: the kernel's boot id on Linux (one
     monotonic clock per running kernel, whatever the host names say: containers on one machine
@@ -170,8 +145,8 @@ def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) ->
     checkpointed to where ``attempt`` and ``spec`` say."""
     make_program = PROGRAMS[spec.job.mode]
     torch.set_num_threads(attempt.threads)
-    _reset_peak_rss()
     device = _rank_device(spec, local_rank)
+    meter = MemoryMeter(device).begin()
     model, data = _rank_copies(spec, device)
     _join_group(spec, rank, attempt.init_method, device)
     try:
@@ -182,7 +157,7 @@ def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) ->
         program = make_program(spec, comm, model, data)
         reporter = EpochReporter(spec, comm, attempt.number)
         start, inherited = _resume(attempt, program, rank)
-        callbacks: list[Callable[[dict[str, Any]], bool]] = [reporter]
+        callbacks: list[Callable[[dict[str, Any]], bool]] = [meter, reporter]
         if spec.job.checkpoint is not None:
             assert spec.job.checkpoint_every is not None  # the API door sets both or neither
             callbacks.append(ckpt.Checkpointer(
@@ -191,8 +166,7 @@ def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) ->
         drive(program, spec.job.epochs, spec.job.eval_every, start, callbacks)
         dist.barrier()
         return RankResult(rank, reporter.records, [e.to_dict() for e in comm.events],
-                          comm.comm_table(), {k: v.cpu() for k, v in program.state().items()},
-                          _peak_rss())
+                          comm.comm_table(), {k: v.cpu() for k, v in program.state().items()})
     finally:
         dist.destroy_process_group()
 

@@ -78,5 +78,4 @@ class RankResult:
     events: list[dict[str, Any]]
     comm: list[dict[str, Any]]
     state: dict[str, torch.Tensor]
-    peak_rss: int = 0
     worker: str = ""  # the worker address it ran on (filled in by the launcher)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
-import ctypes.util
 import logging
 import os
 from collections.abc import Iterator
@@ -26,7 +24,7 @@ import dask
 from distributed import Nanny
 
 __all__ = ["COSTS", "MALLOC_VAR", "RankNanny", "WorkerEnvironment", "check_workers",
-           "inspect_worker", "rank_environment", "release_freed_memory"]
+           "inspect_worker", "rank_environment"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,22 +37,6 @@ COSTS = {
     "profiler": "measured about 1.1x slower torch compute (Dask samples the stack every 10 ms)",
     "threads": "ranks use fewer cores than the worker was given",
 }
-
-
-def release_freed_memory() -> bool:
-    """Hand the memory glibc keeps from freed tensors back to the OS (``malloc_trim(0)``);
-    whether it could. Without a trim threshold (:func:`_worker_config`) a worker keeps the heap
-    of its last run, and a rank's peak, counted from the resident size it starts at, would
-    include it. Not glibc: nothing to do."""
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None
-    if trim is None:
-        return False
-    trim(0)
-    return True
 
 
 def _worker_config(threads: int) -> dict[str, Any]:

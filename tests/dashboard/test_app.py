@@ -10,6 +10,7 @@ import pandas as pd
 import gnnpipe as gp
 from dashboard.app import Dashboard, _Session
 from dashboard.stream import Feed, ReplaySource, RunSource, as_source
+from gnnpipe.run import memory_from
 
 
 def test_feed_is_bounded_and_drops_the_oldest():
@@ -73,6 +74,8 @@ def test_replayed_run_folder_shows_what_the_live_run_showed(cluster, small_graph
     records = live.feed.since(0, 0)[0]
     assert all("comm" in r for r in records if "rank" in r)
     session._take(records, [])
+    live_memory = memory_from([r for r in records if "rank" in r])  # what the ranks card shows
+    assert live_memory["rank"].tolist() == [0, 1] and (live_memory["peak_bytes"] > 0).all()
     counted = pd.DataFrame([row for rows in session.counters.values() for row in rows])
     assert set(session.counters) == {0, 1}
     for kind in ("activation", "gradient"):
@@ -89,6 +92,7 @@ def test_dashboard_renders_live_replay_and_explorer(small_graph, tmp_path):
     page = Dashboard(run).save(tmp_path / "dashboard.html")
     text = page.read_text()
     assert "Bokeh" in text and "Stage timeline" in text and "Ranks" in text
+    assert "peak memory" in text  # the ranks card's memory table, rank 0 in one process
     data, _ = Dashboard(run)._repr_mimebundle_()  # Jupyter shows the layout, not the repr
     assert "application/vnd.holoviews_exec.v0+json" in data and "Partitions" in data["text/html"]
 

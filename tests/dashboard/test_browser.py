@@ -156,6 +156,8 @@ def _watch_large_run(cluster, browser, data, shot: Path | None, server_errors) -
         later = _poll(lambda: _title_starting(page, "bytes rank"), lambda t: t != matrix,
                       timeout=90)
         assert later != matrix, f"the bytes matrix stayed at {matrix!r}"
+        # the ranks card lists each rank's peak memory from the live records
+        page.get_by_text("peak memory", exact=True).first.wait_for(timeout=90_000)
         # every update went into the plots the page drew first: none was swapped whole
         assert sorted(page.evaluate(FIGURE_IDS)) == figures
         assert page.locator("canvas").count() >= MIN_CANVASES

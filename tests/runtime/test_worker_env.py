@@ -89,7 +89,7 @@ def test_release_freed_memory_hands_a_fragmented_heap_back() -> None:
     counting its peak, so an earlier run's heap does not count as this run's."""
     import torch
 
-    from gnnpipe.runtime.workerenv import release_freed_memory
+    from gnnpipe.engine.memory import release_freed_memory
 
     def rss() -> int:
         with open("/proc/self/status") as f:

@@ -1,0 +1,88 @@
+"""Measured memory: ``run.memory()`` in every mode, counted from the run's start, the same way in
+the caller's process and in a rank (gnnpipe.engine.memory)."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import pytest
+import torch
+
+import gnnpipe as gp
+from dashboard.stream import ReplaySource
+from dashboard.views.ranks import memory_table
+from gnnpipe.engine.memory import MemoryMeter, resident_bytes
+from gnnpipe.run import MEMORY_COLUMNS
+
+MiB = 2**20
+
+
+def test_the_meter_counts_what_is_allocated_after_it_begins():
+    meter = MemoryMeter().begin()
+    assert meter.baseline == pytest.approx(resident_bytes(), abs=8 * MiB)
+    block = torch.ones(64 * MiB // 4)  # 64 MiB, touched
+    assert meter.peak() >= 63 * MiB
+    del block
+    assert meter.peak() >= 63 * MiB  # a high-water mark: freeing does not lower it
+    record: dict = {}
+    assert meter(record) is False and record["peak_bytes"] >= 63 * MiB
+    assert record["device_peak_bytes"] == 0 and record["baseline_bytes"] == meter.baseline
+    assert meter.begin().peak() < 16 * MiB  # a new start forgets the earlier block
+
+
+def test_one_process_runs_do_not_count_the_callers_memory(small_graph):
+    model = gp.models.gcn(small_graph.num_features, hidden=16, out_dim=4, layers=2)
+    gp.train(copy.deepcopy(model), small_graph, epochs=2, progress=False)  # one-time set-up
+    plain = gp.train(copy.deepcopy(model), small_graph, epochs=2, progress=False).memory()
+    ballast = torch.ones(256 * MiB // 4)  # the caller holds 256 MiB more
+    held = gp.train(copy.deepcopy(model), small_graph, epochs=2, progress=False).memory()
+    assert list(held.columns) == list(MEMORY_COLUMNS) and held["rank"].tolist() == [0]
+    assert int(held["baseline_bytes"][0]) - int(plain["baseline_bytes"][0]) >= 250 * MiB
+    assert int(held["peak_bytes"][0]) < 128 * MiB  # the ballast is not the run's
+    assert float(ballast[0]) == 1.0
+
+
+def test_peak_grows_with_the_graph_at_least_by_its_activations():
+    """A GCN-4 of width 64 keeps at least one n x 64 float activation per layer for its
+    backward: the peak of a 40,000-node run exceeds that bound (41 MB), a 4,000-node run's
+    stays below it."""
+    layers, hidden, peaks = 4, 64, {}
+    for n in (4_000, 4_000, 40_000):  # the first run pays one-time set-up
+        data = gp.datasets.synthetic(num_nodes=n, avg_degree=8, num_features=16, seed=0)
+        model = gp.models.gcn(16, hidden=hidden, out_dim=8, layers=layers, dropout=0.0)
+        run = gp.train(model, data, epochs=2, progress=False)
+        peaks[n] = int(run.memory()["peak_bytes"][0])
+        assert int(run.summary()["peak_bytes"][0]) == peaks[n]
+    bound = 40_000 * hidden * 4 * layers
+    assert peaks[40_000] > bound > peaks[4_000]
+
+
+def test_local_reports_one_rank_and_a_saved_run_keeps_it(small_graph, tmp_path):
+    model = gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=4)
+    run = gp.train(model, small_graph, "local", stages=2, chunks=4, epochs=2, progress=False)
+    memory = run.memory()
+    assert memory["rank"].tolist() == [0] and int(memory["peak_bytes"][0]) > 0
+    run.save(tmp_path)
+    replay = ReplaySource(tmp_path).final()
+    pd.testing.assert_frame_equal(replay.memory, memory)
+    text = memory_table(memory)
+    assert "| 0 |" in text and "MiB" in text
+
+
+def test_memory_table_without_reports_says_so():
+    assert memory_table(pd.DataFrame(columns=list(MEMORY_COLUMNS))).startswith("Peak memory: none")
+
+
+@pytest.mark.parametrize("mode, layout, ranks", [
+    ("pipeline", {"stages": 2, "chunks": 4}, 2),
+    ("graph", {"parts": 3}, 3),
+    ("hybrid", {"stages": 2, "ways": 2, "chunks": 4}, 4),
+])
+def test_every_rank_reports_its_peak(cluster, small_graph, mode, layout, ranks):
+    model = gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=4)
+    run = gp.train(model, small_graph, mode, epochs=2, cluster=cluster, progress=False, **layout)
+    memory = run.memory()
+    assert memory["rank"].tolist() == list(range(ranks))
+    assert (memory["peak_bytes"] > 0).all() and (memory["baseline_bytes"] > 0).all()
+    assert int(run.summary()["peak_bytes"][0]) == int(memory["peak_bytes"].max())
