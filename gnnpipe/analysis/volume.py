@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from gnnpipe.core.kinds import Precision
 from gnnpipe.datasets import single_graph
 from gnnpipe.engine.local import stage_ranges
 from gnnpipe.engine.probe import AggregationCall, probe_calls
@@ -53,10 +55,12 @@ def _pushed_rows(edge_index: Tensor, bounds: list[int]) -> int:
     return total
 
 
-def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning, ways: int) -> int:
+def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning, ways: int,
+                          history: Precision = Precision.FLOAT32) -> int:
     """Boundary rows every chunk step sends to the other ``W − 1`` ways at every aggregation:
     forward the rows other chunks read; backward their gradients (``dZ`` rows of ``Â @ h``) or,
-    for a message-passing call, the gradients it pushes to other chunks' rows."""
+    for a message-passing call, the gradients it pushes to other chunks' rows. ``Hbuf`` and
+    ``dZbuf`` rows go as the history stores them (``history``); pushes in float32."""
     from gnnpipe.engine.chunked import boundary_rows
     from gnnpipe.engine.graph import normalized_adjacency
 
@@ -67,15 +71,16 @@ def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning,
     calls = _calls(model)
     pushed = _pushed_rows(ordered.edge_index, bounds) if any(
         c.message_passing and c.needs_grad for c in calls) else 0
-    values = sum(c.width * (forward + (0 if not c.needs_grad else
-                                       pushed if c.message_passing else backward))
+    stored = sum(c.width * (forward + (backward if c.needs_grad and not c.message_passing else 0))
                  for c in calls)
-    return (ways - 1) * values * BYTES_PER_VALUE
+    pushes = sum(c.width * pushed for c in calls if c.needs_grad and c.message_passing)
+    return (ways - 1) * (stored * history.itemsize + pushes * BYTES_PER_VALUE)
 
 
 def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts: int = 1,
                 ways: int = 1, partitioning: Partitioning | None = None, seed: int = 0,
-                chunks: int | None = None, ranges: list[tuple[int, int]] | None = None) -> int:
+                chunks: int | None = None, ranges: list[tuple[int, int]] | None = None,
+                history_dtype: Any = "float32") -> int:
     """Bytes sent per epoch by ``mode``, excluding the weight-gradient all-reduce.
 
     Args:
@@ -91,12 +96,15 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
         seed: seeds METIS when the partitioning is computed here.
         chunks: ``hybrid``'s chunk count (default ``4 · stages · ways``).
         ranges: the stages' block ranges (a planned split); default: as even as possible.
+        history_dtype: ``hybrid``: what the historical buffers are stored in (``gp.train``'s
+            ``history_dtype``): the ways exchange their rows in it. (default: float32)
 
     ``hybrid`` is ``pipeline`` traffic plus, at every aggregation of every chunk step, each
     chunk's boundary rows (forward) and their gradients (backward) sent to the other ways.
     """
     if mode not in MODES:
         raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
+    history = Precision.of("history_dtype", history_dtype)
     model = as_stack(model, data)  # a PyG BasicGNN / Sequential
     data = single_graph(data)
     if mode in ("single", "local"):
@@ -108,7 +116,7 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
         if partitioning is None:
             partitioning = chunk(data, chunks or 4 * stages * ways, seed=seed)
         return (pipeline_bytes(model, data.num_nodes, ranges)
-                + hybrid_boundary_bytes(model, data, partitioning, ways))
+                + hybrid_boundary_bytes(model, data, partitioning, ways, history))
     if partitioning is None:
         partitioning = partition(data, parts, method="metis", seed=seed)
     elif partitioning.num_parts != parts:

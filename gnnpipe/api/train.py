@@ -20,6 +20,7 @@ from gnnpipe.core.kinds import Mode
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.engine import single
+from gnnpipe.engine.chunked import torch_dtype
 from gnnpipe.engine.driver import EpochCallback, EpochProgram, drive
 from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.engine.local import LocalEngine
@@ -41,7 +42,8 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
           seed: int = 0, stages: int = 1, chunks: int | None = None,
           parts_per_chunk: int = PARTS_PER_CHUNK,
           ways: int = 1, parts: int = 2, techniques: Techniques | dict | bool | None = None,
-          recompute: bool = False, cluster: Any = None, workers: int | None = None,
+          recompute: bool = False, history_dtype: torch.dtype | str = torch.float32,
+          cluster: Any = None, workers: int | None = None,
           background: bool = False, timeout: float = 120.0, plan: Any = None,
           eval_every: int = 1, device: str = "cpu", progress: bool = True,
           split: Any = None, checkpoint: str | os.PathLike | None = None,
@@ -79,6 +81,11 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
         ways: data-parallel pipelines of ``hybrid`` (chunks are split among them).
         parts: graph-parallel ranks of ``graph`` (METIS partitions).
         recompute: keep only stage inputs and aggregations; rerun the forward in backward.
+        history_dtype: what the chunked modes keep their historical buffers in (``Hbuf``, its
+            snapshot and ``dZbuf``, one row per node per aggregating layer):
+            ``torch.bfloat16`` or ``torch.float16`` halve that memory, and the rows the hybrid's
+            ways exchange; every product still runs in float32 (rows are rounded when stored).
+            (default: ``torch.float32``)
         cluster: where distributed modes run: ``None`` (a local Dask cluster of the right size,
             closed afterwards), a :class:`~gnnpipe.runtime.cluster.Cluster`, a
             ``distributed.Client`` or a scheduler address.
@@ -126,7 +133,8 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
         checkpoint_every=checkpoint_every, resume=resume, restarts=restarts,
         background=background, progress=progress, epochs=epochs, lr=lr,
         weight_decay=weight_decay, gnn_weight_decay=gnn_weight_decay, seed=seed,
-        recompute=recompute, timeout=timeout, eval_every=eval_every, device=device)
+        recompute=recompute, history_dtype=history_dtype, timeout=timeout,
+        eval_every=eval_every, device=device)
     if job.mode.distributed:
         handle = start_distributed(model, data, job, cluster, recovery)
         return handle if background else follow(handle, progress)
@@ -155,7 +163,8 @@ def _train_here(model: LayerStack, data: Data, job: TrainConfig, recovery: ckpt.
         eval_data = parts.apply(data).to(job.device)
         adj = normalized_adjacency(eval_data.edge_index, eval_data.num_nodes, model.norm)
         program = LocalEngine(model, eval_data, adj, parts.bounds.tolist(), job.ranges,
-                              job.techniques, job.seed, job.recompute, optimizer, layout)
+                              job.techniques, job.seed, job.recompute, optimizer, layout,
+                              history_dtype=torch_dtype(job.history_dtype))
     start, inherited = recovery.start(program)
     bar = tqdm(total=job.epochs, initial=start, desc=f"{model.name}-{model.num_layers} {job.mode}",
                disable=not progress, leave=False)

@@ -11,6 +11,7 @@ from gnnpipe.cli.args import (
     DATASETS,
     MODELS,
     MODES,
+    PRECISIONS,
     CliError,
     Parser,
     bandwidth,
@@ -90,6 +91,12 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
                    help="evaluate after every N-th epoch and the last")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="cuda: train on GPUs (distributed ranks: one per worker, NCCL)")
+    p.add_argument("--recompute", action="store_true",
+                   help="chunked modes: keep only stage inputs and aggregations, rerun the "
+                        "forward in the backward (less memory, more time)")
+    p.add_argument("--history-dtype", default="float32", choices=list(PRECISIONS),
+                   help="chunked modes: what the historical buffers are stored in (16 bits "
+                        "halve their memory; products stay float32) (default: float32)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads (default: torch's)")
     p.add_argument("--out", default="runs", help="folder for the run folders")

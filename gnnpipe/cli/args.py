@@ -16,13 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gnnpipe.core.kinds import Mode
+from gnnpipe.core.kinds import Mode, Precision
 
 __all__ = [
     "DATASETS",
     "DISTRIBUTED",
     "MODELS",
     "MODES",
+    "PRECISIONS",
     "CliError",
     "DefaultsFormatter",
     "Parser",
@@ -41,6 +42,7 @@ __all__ = [
 
 MODES = tuple(m.value for m in Mode)
 DISTRIBUTED = tuple(m.value for m in Mode if m.distributed)
+PRECISIONS = tuple(p.value for p in Precision)
 MODELS = ("gcn", "gcnii", "resgcn_plus", "sage")
 DATASETS = ("citeseer", "cora", "facebook", "pubmed", "squirrel")
 

@@ -127,6 +127,7 @@ def run_train(args: argparse.Namespace) -> int:
                 seed=args.seed, stages=args.stages, chunks=args.chunks, ways=args.ways,
                 parts=args.parts, cluster=args.scheduler, eval_every=args.eval_every,
                 device=args.device, plan=plan, background=distributed,
+                recompute=args.recompute, history_dtype=args.history_dtype,
                 **({} if args.parts_per_chunk is None else
                    {"parts_per_chunk": args.parts_per_chunk}))
     server = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from gnnpipe.core.kinds import Mode
+from gnnpipe.core.kinds import Mode, Precision
 from gnnpipe.core.techniques import Techniques
 
 __all__ = ["CONFIG_VERSION", "LEGACY_PARTS_PER_CHUNK", "PARTS_PER_CHUNK", "Launch", "TrainConfig"]
@@ -47,6 +47,7 @@ class TrainConfig:
         parts_per_chunk: METIS parts merged into each chunk.
         ways: pipelines side by side (``hybrid``); parts: METIS partitions (``graph``).
         techniques: GNNPipe's convergence techniques; recompute: rerun the forward in backward.
+        history_dtype: what the historical buffers are stored in (products run in float32).
         dataset: the graph's name where it has one (a saved run's replay reloads it).
         device: ``"cpu"`` or ``"cuda"``; timeout: seconds a rank waits on a peer.
         checkpoint, checkpoint_every, restarts, resume: where and how often it checkpoints,
@@ -77,6 +78,7 @@ class TrainConfig:
     checkpoint_every: int | None = None
     restarts: int = 0
     resume: str | None = None
+    history_dtype: Precision = Precision.FLOAT32
 
     @property
     def world(self) -> int:
@@ -90,7 +92,7 @@ class TrainConfig:
         """Plain JSON values, with ``version``."""
         out = asdict(self)
         out.update(version=CONFIG_VERSION, mode=self.mode.value,
-                   ranges=[list(r) for r in self.ranges])
+                   ranges=[list(r) for r in self.ranges], history_dtype=self.history_dtype.value)
         return out
 
     @classmethod
@@ -108,6 +110,7 @@ class TrainConfig:
             values.setdefault(name, default)
         values["mode"] = Mode.parse("mode", raw.get("mode"))
         values["ranges"] = tuple((int(a), int(b)) for a, b in values["ranges"])
+        values["history_dtype"] = Precision.of("history_dtype", raw.get("history_dtype", "float32"))
         values["techniques"] = Techniques.coerce(raw.get("techniques", True))  # older: all on
         return cls(**values)
 

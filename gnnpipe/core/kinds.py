@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["BlockKind", "Mode", "OpKind", "StrEnum"]
+__all__ = ["BlockKind", "Mode", "OpKind", "Precision", "StrEnum"]
 
 
 class StrEnum(str, Enum):
@@ -83,3 +83,28 @@ class BlockKind(StrEnum):
     INPUT = "input"
     GNN = "gnn"
     OUTPUT = "output"
+
+
+class Precision(StrEnum):
+    """A floating-point storage format by torch's name for it: what the historical buffers are
+    kept in (``history_dtype``). Arithmetic stays in ``float32`` whatever the storage."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per value."""
+        return 4 if self is Precision.FLOAT32 else 2
+
+    @classmethod
+    def of(cls, name: str, value: object) -> Precision:
+        """``value`` (a member, its name, or a torch dtype such as ``torch.bfloat16``, whose
+        ``str`` is ``"torch.bfloat16"``) as a member, or ``ValueError`` naming ``name``."""
+        text = str(value)
+        for member in cls:
+            if text in (member.value, f"torch.{member.value}"):
+                return member
+        options = tuple(m.value for m in cls)
+        raise ValueError(f"{name}: expected a torch dtype or name of {options}, got {value!r}")

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from gnnpipe.core.kinds import Precision
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.engine.graph import Adjacency, ChunkRows, chunk_rows
 from gnnpipe.engine.message_passing import MessageGraphs, chunk_message_passing
@@ -24,12 +25,19 @@ from gnnpipe.engine.single import LAYER_RNG_KEY, chunk_loss, keyed_dropout, mask
 from gnnpipe.nn import LayerStack
 
 __all__ = ["ChunkContext", "LayerBuffers", "RowSync", "StageExecutor", "boundary_rows",
-           "chunk_order"]
+           "chunk_order", "torch_dtype"]
 
 logger = logging.getLogger(__name__)
 
 
 _ORDER_KEY = 1 << 30  # a (chunk, key) pair no dropout mask uses
+
+
+def torch_dtype(precision: Precision) -> torch.dtype:
+    """The torch dtype of a storage :class:`~gnnpipe.core.kinds.Precision`."""
+    dtype = getattr(torch, precision.value)
+    assert isinstance(dtype, torch.dtype)
+    return dtype
 
 
 def chunk_order(num_chunks: int, seed: int, epoch: int, random_order: bool) -> list[int]:
@@ -53,6 +61,8 @@ class LayerBuffers:
     snap: Tensor | None
     grad: Tensor | None = None
     grad_in_h: bool = False
+    #: ``dZbuf``'s dtype where it has memory of its own (None: ``Hbuf``'s)
+    grad_dtype: torch.dtype | None = None
     #: Recomputation's copy of the forward's aggregation outputs ``Z``, rows by chunk: one
     #: full-size tensor kept across epochs, not a tensor per chunk allocated every epoch
     #: (those fragment the heap, and a rank's resident memory grew epoch after epoch). Not part
@@ -65,7 +75,7 @@ class LayerBuffers:
         if self.grad_in_h:
             return self.H
         if self.grad is None:
-            self.grad = torch.zeros_like(self.H)
+            self.grad = torch.zeros_like(self.H, dtype=self.grad_dtype or self.H.dtype)
         return self.grad
 
     def zero_grad(self) -> None:
@@ -76,8 +86,8 @@ class LayerBuffers:
 
     def keep_z(self, lo: int, hi: int, z: Tensor) -> None:
         """Keep ``z``, the forward's ``Z[lo:hi]``, for the replay (:attr:`kept_z`)."""
-        if self.kept_z is None:
-            self.kept_z = torch.empty_like(self.H)
+        if self.kept_z is None:  # in the computation's dtype: the replay must equal the forward
+            self.kept_z = torch.empty(self.H.shape, dtype=z.dtype, device=z.device)
         self.kept_z[lo:hi] = z
 
     def tensors(self) -> dict[str, Tensor]:
@@ -164,7 +174,7 @@ class ChunkContext:
         self.cache, self.replay = cache, replay
 
     def aggregate(self, h: Tensor, key: int) -> Tensor:
-        buf = self.ex.buffers_for(key, h.size(1), h.dtype)
+        buf = self.ex.buffers_for(key, h.size(1))
         recompute = self.ex.recompute
         cached = None
         if recompute and self.replay:
@@ -212,14 +222,18 @@ class StageExecutor:
         sync: shares fresh buffer rows with the other ways (hybrid mode).
         rows: the chunks' rows of ``adj`` (default: built here, gathered on the CPU); executors
             of one process may share them, as one stage's blocks do.
+        history_dtype: the dtype ``Hbuf``, its snapshot and ``dZbuf`` are stored in (rows are
+            rounded when written; products read them back as the computation's dtype).
     """
 
     def __init__(self, model: LayerStack, start: int, stop: int, adj: Adjacency,
                  bounds: Sequence[int], techniques: Techniques, seed: int,
                  recompute: bool = False, input_grad: bool | None = None,
                  sync: RowSync | None = None,
-                 rows: Sequence[ChunkRows] | None = None) -> None:
+                 rows: Sequence[ChunkRows] | None = None,
+                 history_dtype: torch.dtype = torch.float32) -> None:
         self.model, self.start, self.stop = model, start, stop
+        self.history_dtype = history_dtype
         self.input_grad = start > 0 if input_grad is None else input_grad
         self.sync = sync
         self.bounds = [int(b) for b in bounds]
@@ -248,20 +262,22 @@ class StageExecutor:
     def num_chunks(self) -> int:
         return len(self.rows)
 
-    def buffers_for(self, key: int, width: int, dtype: torch.dtype,
-                    grad: bool = True) -> LayerBuffers:
-        """Block ``key``'s buffers, allocated on first use; ``dZbuf`` at once if ``grad``, else
-        when first used."""
+    def buffers_for(self, key: int, width: int, grad: bool = True,
+                    grad_dtype: torch.dtype | None = None) -> LayerBuffers:
+        """Block ``key``'s buffers (in :attr:`history_dtype`), allocated on first use; ``dZbuf``
+        at once if ``grad``, else when first used; in ``grad_dtype`` where it has memory of its
+        own and ``grad_dtype`` is given."""
         buf = self.buffers.get(key)
         if buf is None:
             shape = (self.num_nodes, width)
-            def zeros() -> Tensor:
-                return torch.zeros(shape, dtype=dtype, device=self.device)
+            def zeros(dtype: torch.dtype | None = None) -> Tensor:
+                return torch.zeros(shape, dtype=dtype or self.history_dtype, device=self.device)
 
             tech = self.techniques
             own_grad = grad and not tech.grad_in_h
             buf = LayerBuffers(zeros(), zeros() if tech.snapshot else None,
-                               zeros() if own_grad else None, grad_in_h=tech.grad_in_h)
+                               zeros(grad_dtype) if own_grad else None, grad_in_h=tech.grad_in_h,
+                               grad_dtype=grad_dtype)
             self.buffers[key] = buf
         return buf
 
@@ -321,10 +337,7 @@ class StageExecutor:
             for key, tensors in s["buffers"].items():
                 k = int(key)
                 if self.start <= k < self.stop and ("snap" in tensors) == self.techniques.snapshot:
-                    on = {name: t.to(self.device).clone() for name, t in tensors.items()}
-                    shared = self.techniques.grad_in_h  # dZbuf restarts from zeros in Hbuf
-                    self.buffers[k] = LayerBuffers(on["H"], on.get("snap"),
-                                                   None if shared else on.get("dZ"), shared)
+                    self.buffers[k] = self._loaded(tensors)
         blocks = self.model.blocks
         fresh = [k for k in range(self.start, self.stop)
                  if blocks[k].aggregates and k not in self.buffers]
@@ -332,6 +345,22 @@ class StageExecutor:
             logger.warning("resume: the historical buffers of blocks %s start from zeros like "
                            "epoch 0 (the checkpoint's node order, chunking or stage layout "
                            "differs)", fresh)
+
+    def _loaded(self, tensors: dict[str, Tensor]) -> LayerBuffers:
+        """One block's buffers from a checkpoint, in this run's :attr:`history_dtype` (a
+        ``dZbuf`` kept in another dtype than its ``Hbuf``, a message-passing layer's exact
+        ``Gbuf``, keeps its own)."""
+        def on(t: Tensor, dtype: torch.dtype) -> Tensor:
+            return t.to(self.device, dtype).clone()
+
+        stored = tensors["H"].dtype
+        snap = tensors.get("snap")
+        grad = None if self.techniques.grad_in_h else tensors.get("dZ")  # else restarts in Hbuf
+        grad_dtype = None if grad is None or grad.dtype == stored else grad.dtype
+        return LayerBuffers(on(tensors["H"], self.history_dtype),
+                            None if snap is None else on(snap, self.history_dtype),
+                            None if grad is None else on(grad, grad_dtype or self.history_dtype),
+                            self.techniques.grad_in_h, grad_dtype=grad_dtype)
 
     def _take_due_snapshot(self) -> bool:
         """Copy ``Hbuf`` into the snapshot if one is due at this epoch's end and not yet taken;

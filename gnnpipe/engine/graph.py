@@ -70,12 +70,13 @@ class GatherSpace:
     def __init__(self) -> None:
         self._buffers: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
 
-    def take(self, rows: int, like: Tensor) -> Tensor:
-        """``rows`` rows as wide as ``like`` (the buffer grows to the largest asked for)."""
-        key = (like.size(1), like.dtype, like.device)
+    def take(self, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """``rows × width`` of ``dtype`` on ``device`` (the buffer grows to the largest asked
+        for)."""
+        key = (width, dtype, device)
         buf = self._buffers.get(key)
         if buf is None or buf.size(0) < rows:
-            buf = self._buffers[key] = like.new_empty((rows, like.size(1)))
+            buf = self._buffers[key] = torch.empty((rows, width), dtype=dtype, device=device)
         return buf[:rows]
 
 
@@ -95,12 +96,17 @@ class RowBlock:
     space: GatherSpace | None = None
 
     def __matmul__(self, dense: Tensor) -> Tensor:
+        """``csr @ dense`` in ``csr``'s dtype: a ``dense`` stored in fewer bits (a compact
+        history) is read back as that dtype, row by gathered row."""
+        dtype = self.csr.dtype
         if self.cols is None:
-            return self.csr @ dense
+            return self.csr @ dense.to(dtype)
         if self.space is None:
-            return self.csr @ dense.index_select(0, self.cols)
-        gathered = self.space.take(self.cols.numel(), dense)
-        return self.csr @ torch.index_select(dense, 0, self.cols, out=gathered)
+            return self.csr @ dense.index_select(0, self.cols).to(dtype)
+        gathered = self.space.take(self.cols.numel(), dense.size(1), dtype, dense.device)
+        if dense.dtype == dtype:
+            return self.csr @ torch.index_select(dense, 0, self.cols, out=gathered)
+        return self.csr @ gathered.copy_(dense.index_select(0, self.cols))
 
     @classmethod
     def compact(cls, rows: Tensor, space: GatherSpace | None = None) -> RowBlock:

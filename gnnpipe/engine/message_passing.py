@@ -253,7 +253,7 @@ class _AddPushed(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
         out = grad + ctx.gbuf[ctx.lo:ctx.hi]
         for rows, pushed in ctx.deferred:
-            ctx.gbuf.index_add_(0, rows, pushed)
+            ctx.gbuf.index_add_(0, rows, pushed.to(ctx.gbuf.dtype))
         ctx.deferred.clear()
         return out, None, None, None, None
 
@@ -274,6 +274,7 @@ def _pusher(gbuf: Tensor, graphs: MessageGraphs, module: nn.Module, key: int, ch
                 key, chunk, grad, lambda c: graphs.local(module, c).others.numel()))
         for c, g in pushes.items():
             rows = graphs.local(module, c).others
+            g = g.to(gbuf.dtype)  # stored as the history is (a compact Gbuf rounds it)
             if unbiased:
                 gbuf.index_add_(0, rows, 2.0 * g if c == chunk else g)
                 if c != chunk:
@@ -298,7 +299,10 @@ def chunk_message_passing(cctx: Any, module: nn.Module, h: Tensor, key: int,
         raise ValueError(f"mode: 'hybrid' shares the rows messages flow from; "
                          f"{type(module).__name__} has flow={graph.variant[1]!r}, expected "
                          f"'source_to_target' (or use 'pipeline')")
-    buf = ex.buffers_for(key, h.size(1), h.dtype, grad=torch.is_grad_enabled() and h.requires_grad)
+    # Gbuf accumulates each chunk's latest push as differences epoch after epoch: kept in the
+    # computation's dtype where it has memory of its own, so rounding does not build up
+    buf = ex.buffers_for(key, h.size(1), grad=torch.is_grad_enabled() and h.requires_grad,
+                         grad_dtype=h.dtype)
     lo, hi = cctx.lo, cctx.hi
     if cctx.replay and cctx.cache is not None:
         src = cctx.cache[key]
@@ -306,7 +310,7 @@ def chunk_message_passing(cctx: Any, module: nn.Module, h: Tensor, key: int,
         buf.H[lo:hi] = h.detach()
         if ex.sync is not None:
             ex.sync.share_h(key, buf, cctx.chunk)
-        src = buf.H[graph.others]
+        src = buf.H[graph.others].to(h.dtype)  # a compact history is read back as h's dtype
         if cctx.cache is not None:
             cctx.cache[key] = src
     if torch.is_grad_enabled() and h.requires_grad:

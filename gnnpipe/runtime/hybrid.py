@@ -37,7 +37,8 @@ class WaySync:
         for w, peer in self.peers.items():
             self.comm.isend(buffer[rows[chunk]], peer, kind, chunk)
             other = self.step_chunks[w]
-            received[other] = self.comm.irecv((rows[other].numel(), buffer.size(1)), peer, other)
+            received[other] = self.comm.irecv((rows[other].numel(), buffer.size(1)), peer, other,
+                                              dtype=buffer.dtype)  # rows as the history holds them
         self.comm.wait_all()
         ids = [rows[c] for c in received]
         for c, values in received.items():

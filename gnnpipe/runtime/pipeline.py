@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.core.kinds import OpKind
 from gnnpipe.engine import state as engine_state
-from gnnpipe.engine.chunked import StageExecutor, chunk_order
+from gnnpipe.engine.chunked import StageExecutor, chunk_order, torch_dtype
 from gnnpipe.engine.driver import owned
 from gnnpipe.engine.graph import Adjacency, normalized_adjacency
 from gnnpipe.engine.single import FullGraphContext, metrics
@@ -59,7 +59,8 @@ class PipelineStage:
         self.out_widths = [] if self.is_last else model.boundary_widths(self.stop)
         self.adj: Adjacency = normalized_adjacency(data.edge_index, data.num_nodes, model.norm)
         self.executor = StageExecutor(model, self.start, self.stop, self.adj, spec.bounds,
-                                      spec.job.techniques, spec.job.seed, spec.job.recompute)
+                                      spec.job.techniques, spec.job.seed, spec.job.recompute,
+                                      history_dtype=torch_dtype(spec.job.history_dtype))
         self.executor.upkeep_between_phases = not self.is_last  # it idles there, waiting
         groups = model.param_groups(spec.job.weight_decay, spec.job.gnn_weight_decay, self.start,
                                     self.stop)

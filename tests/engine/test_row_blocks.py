@@ -49,11 +49,27 @@ def test_one_gather_buffer_per_width_serves_every_product(chunked_graph):
     for block in blocks:
         block @ dense
     tallest = max(b.cols.numel() for b in blocks)
-    gathered = space.take(1, dense)
+    cpu = torch.device("cpu")
+    gathered = space.take(1, 8, torch.float32, cpu)
     assert gathered.untyped_storage().nbytes() == tallest * 8 * 4
-    assert space.take(tallest, dense).data_ptr() == gathered.data_ptr()
-    wider = space.take(1, torch.randn(adj.num_nodes, 4))
+    assert space.take(tallest, 8, torch.float32, cpu).data_ptr() == gathered.data_ptr()
+    wider = space.take(1, 4, torch.float32, cpu)
     assert wider.data_ptr() != gathered.data_ptr()  # a width of its own
+
+
+def test_a_compact_dense_operand_is_read_back_in_the_blocks_dtype(chunked_graph):
+    """A bfloat16 history: every product (gathered, plain, or whole-matrix) equals the float32
+    product of the rounded operand, in float32."""
+    adj, bounds = chunked_graph
+    dense = torch.randn(adj.num_nodes, 8).to(torch.bfloat16)
+    exact = adj.A.to_dense() @ dense.float()
+    for space in (GatherSpace(), None):
+        for lo, hi in itertools.pairwise(bounds):
+            out = ChunkRows.of(adj, lo, hi, space).A @ dense
+            assert out.dtype == torch.float32
+            assert torch.allclose(out, exact[lo:hi], atol=1e-5)
+    whole = RowBlock(adj.A) @ dense
+    assert whole.dtype == torch.float32 and torch.allclose(whole, exact, atol=1e-5)
 
 
 def test_a_cpu_stage_compacts_its_chunks_and_one_chunk_stays_plain(chunked_graph, small_graph):
