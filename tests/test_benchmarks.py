@@ -77,6 +77,16 @@ def test_squirrel_quick_run_trains_exact_and_chunked():
                           capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
-    assert any(line.split()[:2] == ["3", "single"] for line in lines)
-    assert any(line.split()[:2] == ["3", "all_on"] for line in lines)
+    assert any(line.split()[:3] == ["gcnii16", "3", "single"] for line in lines)
+    assert any(line.split()[:3] == ["gcnii16", "3", "all_on"] for line in lines)
     assert "wrote" not in done.stdout  # --quick writes no results
+
+
+def test_history_dtype_quick_run_trains_both_storages():
+    """Issue #24's compact-history accuracy script, end to end: float32 and bfloat16 rows."""
+    done = subprocess.run([sys.executable, "benchmarks/history_dtype.py", "--quick"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split()[:3] for line in done.stdout.splitlines()]
+    assert ["cora/gcnii32", "3", "float32"] in rows and ["cora/gcnii32", "3", "bfloat16"] in rows
+    assert "wrote" not in done.stdout
