@@ -25,11 +25,13 @@ BYTES_PER_VALUE = 4  # fp32
 MODES = ("single", "local", "pipeline", "graph", "hybrid")
 
 
-def pipeline_bytes(model: LayerStack, num_nodes: int, ranges: list[tuple[int, int]]) -> int:
+def pipeline_bytes(model: LayerStack, num_nodes: int, ranges: list[tuple[int, int]],
+                   wire: Precision = Precision.FLOAT32) -> int:
     """Every row of every tensor crossing a stage boundary, forward and backward:
-    ``2 · (S−1) · n · d · 4`` for uniform width ``d`` (GCNII's ``h0`` doubles it)."""
+    ``2 · (S−1) · n · d · 4`` for uniform width ``d`` (GCNII's ``h0`` doubles it), 2 bytes a
+    value instead of 4 on a 16-bit ``wire``."""
     widths = sum(sum(model.boundary_widths(start)) for start, _ in ranges[1:])
-    return 2 * num_nodes * widths * BYTES_PER_VALUE
+    return 2 * num_nodes * widths * wire.itemsize
 
 
 def _calls(model: LayerStack) -> list[AggregationCall]:
@@ -37,11 +39,12 @@ def _calls(model: LayerStack) -> list[AggregationCall]:
     return [c for block in probe_calls(model.blocks, model.blocks[0].in_dim) for c in block]
 
 
-def graph_bytes(model: LayerStack, halo_rows: int) -> int:
+def graph_bytes(model: LayerStack, halo_rows: int, wire: Precision = Precision.FLOAT32) -> int:
     """Halo rows at every aggregation, forward (rows) and backward (their gradients, where the
-    aggregation's input needs one): ``2 · L · d · M · 4`` for uniform width ``d``."""
+    aggregation's input needs one): ``2 · L · d · M · 4`` for uniform width ``d`` (2 bytes a
+    value on a 16-bit ``wire``)."""
     values = sum(c.width * (2 if c.needs_grad else 1) for c in _calls(model))
-    return halo_rows * values * BYTES_PER_VALUE
+    return halo_rows * values * wire.itemsize
 
 
 def _pushed_rows(edge_index: Tensor, bounds: list[int]) -> int:
@@ -80,7 +83,7 @@ def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning,
 def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts: int = 1,
                 ways: int = 1, partitioning: Partitioning | None = None, seed: int = 0,
                 chunks: int | None = None, ranges: list[tuple[int, int]] | None = None,
-                history_dtype: Any = "float32") -> int:
+                history_dtype: Any = "float32", wire_dtype: Any = "float32") -> int:
     """Bytes sent per epoch by ``mode``, excluding the weight-gradient all-reduce.
 
     Args:
@@ -98,6 +101,8 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
         ranges: the stages' block ranges (a planned split); default: as even as possible.
         history_dtype: ``hybrid``: what the historical buffers are stored in (``gp.train``'s
             ``history_dtype``): the ways exchange their rows in it. (default: float32)
+        wire_dtype: what boundary activations and gradients and halo rows are sent in
+            (``gp.train``'s ``wire_dtype``). (default: float32)
 
     ``hybrid`` is ``pipeline`` traffic plus, at every aggregation of every chunk step, each
     chunk's boundary rows (forward) and their gradients (backward) sent to the other ways.
@@ -105,20 +110,21 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
     if mode not in MODES:
         raise ValueError(f"mode: unknown mode {mode!r}; expected one of {MODES}")
     history = Precision.of("history_dtype", history_dtype)
+    wire = Precision.of("wire_dtype", wire_dtype)
     model = as_stack(model, data)  # a PyG BasicGNN / Sequential
     data = single_graph(data)
     if mode in ("single", "local"):
         return 0
     ranges = [(a, b) for a, b in ranges] if ranges else stage_ranges(len(model), stages)
     if mode == "pipeline":
-        return pipeline_bytes(model, data.num_nodes, ranges)
+        return pipeline_bytes(model, data.num_nodes, ranges, wire)
     if mode == "hybrid":
         if partitioning is None:
             partitioning = chunk(data, chunks or 4 * stages * ways, seed=seed)
-        return (pipeline_bytes(model, data.num_nodes, ranges)
+        return (pipeline_bytes(model, data.num_nodes, ranges, wire)
                 + hybrid_boundary_bytes(model, data, partitioning, ways, history))
     if partitioning is None:
         partitioning = partition(data, parts, method="metis", seed=seed)
     elif partitioning.num_parts != parts:
         raise ValueError(f"partitioning: has {partitioning.num_parts} parts but the mode needs {parts}")
-    return graph_bytes(model, int(partitioning.total_halo_rows))
+    return graph_bytes(model, int(partitioning.total_halo_rows), wire)

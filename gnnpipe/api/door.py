@@ -83,8 +83,8 @@ def parse_train(model: LayerStack, data: Any, mode: Any, *, plan: Any, stages: A
                 resume: Any, restarts: Any, background: Any, progress: Any,
                 **scalars: Any) -> Admitted:
     """Check every argument of ``gp.train`` (same names; ``scalars`` are the epochs, lr,
-    weight_decay, gnn_weight_decay, seed, recompute, history_dtype, timeout, eval_every and
-    device) and parse
+    weight_decay, gnn_weight_decay, seed, recompute, history_dtype, wire_dtype, timeout,
+    eval_every and device) and parse
     them into the job. Arguments that the mode does not use (``chunks`` in ``single``, ``parts``
     outside ``graph``, the cluster outside distributed modes) are not checked against the
     graph."""
@@ -116,8 +116,8 @@ def parse_train(model: LayerStack, data: Any, mode: Any, *, plan: Any, stages: A
 
 
 def _check_scalars(mode: Mode, *, epochs: Any, lr: Any, weight_decay: Any, gnn_weight_decay: Any,
-                   seed: Any, recompute: Any, history_dtype: Any, timeout: Any, eval_every: Any,
-                   device: Any) -> dict[str, Any]:
+                   seed: Any, recompute: Any, history_dtype: Any, wire_dtype: Any,
+                   timeout: Any, eval_every: Any, device: Any) -> dict[str, Any]:
     """The scalar arguments checked, as the job holds them (ints, floats, bools)."""
     out = {"epochs": positive_int("epochs", epochs),
            "eval_every": positive_int("eval_every", eval_every),
@@ -128,7 +128,8 @@ def _check_scalars(mode: Mode, *, epochs: Any, lr: Any, weight_decay: Any, gnn_w
            "seed": integer("seed", seed, 0), "timeout": positive_float("timeout", timeout),
            "recompute": boolean("recompute", recompute), "device": choice("device", device,
                                                                           DEVICES),
-           "history_dtype": Precision.of("history_dtype", history_dtype)}
+           "history_dtype": Precision.of("history_dtype", history_dtype),
+           "wire_dtype": Precision.of("wire_dtype", wire_dtype)}
     if device == "cuda" and not mode.distributed and not torch.cuda.is_available():
         raise ValueError("device: 'cuda' asked, but torch sees no GPU in this process")
     return out

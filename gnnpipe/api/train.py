@@ -43,6 +43,7 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
           parts_per_chunk: int = PARTS_PER_CHUNK,
           ways: int = 1, parts: int = 2, techniques: Techniques | dict | bool | None = None,
           recompute: bool = False, history_dtype: torch.dtype | str = torch.float32,
+          wire_dtype: torch.dtype | str = torch.float32,
           cluster: Any = None, workers: int | None = None,
           background: bool = False, timeout: float = 120.0, plan: Any = None,
           eval_every: int = 1, device: str = "cpu", progress: bool = True,
@@ -85,6 +86,11 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
             snapshot and ``dZbuf``, one row per node per aggregating layer):
             ``torch.bfloat16`` or ``torch.float16`` halve that memory, and the rows the hybrid's
             ways exchange; every product still runs in float32 (rows are rounded when stored).
+            (default: ``torch.float32``)
+        wire_dtype: what stage-boundary activations and their gradients (``pipeline``,
+            ``hybrid``) and halo rows (``graph``) are sent in: ``torch.bfloat16`` halves those
+            bytes (``gp.comm_volume`` counts them so). ``local`` rounds at its stage boundaries
+            alike, so ``pipeline`` still equals it; evaluation is sent in float32.
             (default: ``torch.float32``)
         cluster: where distributed modes run: ``None`` (a local Dask cluster of the right size,
             closed afterwards), a :class:`~gnnpipe.runtime.cluster.Cluster`, a
@@ -133,7 +139,7 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
         checkpoint_every=checkpoint_every, resume=resume, restarts=restarts,
         background=background, progress=progress, epochs=epochs, lr=lr,
         weight_decay=weight_decay, gnn_weight_decay=gnn_weight_decay, seed=seed,
-        recompute=recompute, history_dtype=history_dtype, timeout=timeout,
+        recompute=recompute, history_dtype=history_dtype, wire_dtype=wire_dtype, timeout=timeout,
         eval_every=eval_every, device=device)
     if job.mode.distributed:
         handle = start_distributed(model, data, job, cluster, recovery)
@@ -164,7 +170,8 @@ def _train_here(model: LayerStack, data: Data, job: TrainConfig, recovery: ckpt.
         adj = normalized_adjacency(eval_data.edge_index, eval_data.num_nodes, model.norm)
         program = LocalEngine(model, eval_data, adj, parts.bounds.tolist(), job.ranges,
                               job.techniques, job.seed, job.recompute, optimizer, layout,
-                              history_dtype=torch_dtype(job.history_dtype))
+                              history_dtype=torch_dtype(job.history_dtype),
+                              wire_dtype=torch_dtype(job.wire_dtype))
     start, inherited = recovery.start(program)
     bar = tqdm(total=job.epochs, initial=start, desc=f"{model.name}-{model.num_layers} {job.mode}",
                disable=not progress, leave=False)

@@ -97,6 +97,9 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history-dtype", default="float32", choices=list(PRECISIONS),
                    help="chunked modes: what the historical buffers are stored in (16 bits "
                         "halve their memory; products stay float32) (default: float32)")
+    p.add_argument("--wire-dtype", default="float32", choices=list(PRECISIONS),
+                   help="distributed modes: what boundary activations, gradients and halo rows "
+                        "are sent in (16 bits halve the bytes) (default: float32)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads (default: torch's)")
     p.add_argument("--out", default="runs", help="folder for the run folders")

@@ -128,6 +128,7 @@ def run_train(args: argparse.Namespace) -> int:
                 parts=args.parts, cluster=args.scheduler, eval_every=args.eval_every,
                 device=args.device, plan=plan, background=distributed,
                 recompute=args.recompute, history_dtype=args.history_dtype,
+                wire_dtype=args.wire_dtype,
                 **({} if args.parts_per_chunk is None else
                    {"parts_per_chunk": args.parts_per_chunk}))
     server = None

@@ -48,6 +48,8 @@ class TrainConfig:
         ways: pipelines side by side (``hybrid``); parts: METIS partitions (``graph``).
         techniques: GNNPipe's convergence techniques; recompute: rerun the forward in backward.
         history_dtype: what the historical buffers are stored in (products run in float32).
+        wire_dtype: what stage-boundary activations and gradients and graph-parallel halo rows
+            are sent (and, in ``local``, rounded) in.
         dataset: the graph's name where it has one (a saved run's replay reloads it).
         device: ``"cpu"`` or ``"cuda"``; timeout: seconds a rank waits on a peer.
         checkpoint, checkpoint_every, restarts, resume: where and how often it checkpoints,
@@ -79,6 +81,7 @@ class TrainConfig:
     restarts: int = 0
     resume: str | None = None
     history_dtype: Precision = Precision.FLOAT32
+    wire_dtype: Precision = Precision.FLOAT32
 
     @property
     def world(self) -> int:
@@ -92,7 +95,8 @@ class TrainConfig:
         """Plain JSON values, with ``version``."""
         out = asdict(self)
         out.update(version=CONFIG_VERSION, mode=self.mode.value,
-                   ranges=[list(r) for r in self.ranges], history_dtype=self.history_dtype.value)
+                   ranges=[list(r) for r in self.ranges], history_dtype=self.history_dtype.value,
+                   wire_dtype=self.wire_dtype.value)
         return out
 
     @classmethod
@@ -110,7 +114,8 @@ class TrainConfig:
             values.setdefault(name, default)
         values["mode"] = Mode.parse("mode", raw.get("mode"))
         values["ranges"] = tuple((int(a), int(b)) for a, b in values["ranges"])
-        values["history_dtype"] = Precision.of("history_dtype", raw.get("history_dtype", "float32"))
+        for name in ("history_dtype", "wire_dtype"):
+            values[name] = Precision.of(name, raw.get(name, "float32"))
         values["techniques"] = Techniques.coerce(raw.get("techniques", True))  # older: all on
         return cls(**values)
 

@@ -224,6 +224,9 @@ class StageExecutor:
             of one process may share them, as one stage's blocks do.
         history_dtype: the dtype ``Hbuf``, its snapshot and ``dZbuf`` are stored in (rows are
             rounded when written; products read them back as the computation's dtype).
+        wire_dtype: the dtype a stage's outputs and its inputs' gradients cross a stage boundary
+            in: they are returned rounded to it (and kept in the computation's dtype), so the
+            one-process engine computes what ranks sending them in it compute.
     """
 
     def __init__(self, model: LayerStack, start: int, stop: int, adj: Adjacency,
@@ -231,9 +234,10 @@ class StageExecutor:
                  recompute: bool = False, input_grad: bool | None = None,
                  sync: RowSync | None = None,
                  rows: Sequence[ChunkRows] | None = None,
-                 history_dtype: torch.dtype = torch.float32) -> None:
+                 history_dtype: torch.dtype = torch.float32,
+                 wire_dtype: torch.dtype = torch.float32) -> None:
         self.model, self.start, self.stop = model, start, stop
-        self.history_dtype = history_dtype
+        self.history_dtype, self.wire_dtype = history_dtype, wire_dtype
         self.input_grad = start > 0 if input_grad is None else input_grad
         self.sync = sync
         self.bounds = [int(b) for b in bounds]
@@ -409,7 +413,9 @@ class StageExecutor:
         with grad_mode:
             outputs = self._run(chunk, leaves, cache, replay=False, target=target)
         self.saved[chunk] = _Saved(leaves, [] if self.recompute else outputs, cache, target)
-        return [o.detach() for o in outputs]
+        if self.is_last:
+            return [o.detach() for o in outputs]
+        return [self._on_wire(o.detach()) for o in outputs]
 
     def backward(self, chunk: int,
                  grads: Sequence[Tensor | None] | None = None) -> list[Tensor | None]:
@@ -427,4 +433,11 @@ class StageExecutor:
             pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        return [t.grad if t.requires_grad else None for t in saved.inputs]
+        return [self._on_wire(t.grad) if t.requires_grad and t.grad is not None else None
+                for t in saved.inputs]
+
+    def _on_wire(self, t: Tensor) -> Tensor:
+        """``t`` rounded to :attr:`wire_dtype`, in its own dtype (itself when they agree)."""
+        if t.dtype == self.wire_dtype or not t.is_floating_point():
+            return t
+        return t.to(self.wire_dtype).to(t.dtype)

@@ -43,7 +43,7 @@ class LocalEngine:
         adj: its normalised adjacency.
         bounds: ``C + 1`` chunk offsets.
         ranges: the stages' block ranges.
-        techniques, seed, recompute, history_dtype: see
+        techniques, seed, recompute, history_dtype, wire_dtype: see
             :class:`~gnnpipe.engine.chunked.StageExecutor`.
         optimizer: Adam over all of ``model``.
         layout: where its checkpoint shard comes from (:func:`gnnpipe.checkpoint.layout`).
@@ -53,11 +53,13 @@ class LocalEngine:
                  ranges: Sequence[tuple[int, int]], techniques: Techniques, seed: int,
                  recompute: bool, optimizer: torch.optim.Optimizer,
                  layout: dict[str, Any] | None = None,
-                 history_dtype: torch.dtype = torch.float32) -> None:
+                 history_dtype: torch.dtype = torch.float32,
+                 wire_dtype: torch.dtype = torch.float32) -> None:
         self.data, self.bounds, self.seed, self.techniques = data, [int(b) for b in bounds], seed, techniques
         self.model, self.adj, self.optimizer, self.layout = model, adj, optimizer, layout or {}
         self.stages = [StageExecutor(model, a, b, adj, bounds, techniques, seed, recompute,
-                                     history_dtype=history_dtype) for a, b in ranges]
+                                     history_dtype=history_dtype, wire_dtype=wire_dtype)
+                       for a, b in ranges]
         self.num_train = int(data.train_mask.sum())
         self.device = adj.A.device
         self.events: list[OpEvent] = []

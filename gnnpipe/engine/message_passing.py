@@ -332,13 +332,14 @@ def return_halo_grads(gctx: Any, grad: Tensor) -> Tensor:
     offset, received = 0, {}
     for q, count in plan.recv_counts.items():  # halo rows are ordered by owner
         if plan.send_rows[q].numel():
-            received[q] = comm.irecv((plan.send_rows[q].numel(), grad.size(1)), q)
+            received[q] = comm.irecv((plan.send_rows[q].numel(), grad.size(1)), q,
+                                     dtype=gctx.wire)
         if count:
-            comm.isend(halo[offset:offset + count].contiguous(), q, "halo_grad")
+            comm.isend(halo[offset:offset + count].to(gctx.wire), q, "halo_grad")
         offset += count
     comm.wait_all()
     for q, rows in received.items():
-        local.index_add_(0, plan.send_rows[q], rows)
+        local.index_add_(0, plan.send_rows[q], rows.to(local.dtype))
     return local
 
 

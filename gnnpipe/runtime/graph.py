@@ -13,6 +13,7 @@ from torch_geometric.data import Data
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.core.kinds import OpKind
 from gnnpipe.engine import state as engine_state
+from gnnpipe.engine.chunked import torch_dtype
 from gnnpipe.engine.graph import Adjacency, coo_to_csr, normalized_adjacency
 from gnnpipe.engine.message_passing import MessageGraphs, halo_message_passing, return_halo_grads
 from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed
@@ -85,20 +86,24 @@ class _HaloAggregate(torch.autograd.Function):
 class GraphContext:
     """Block context for one rank's partition: aggregation with halo exchange."""
 
-    def __init__(self, plan: HaloPlan, comm: Comm, seed: int, epoch: int, training: bool) -> None:
+    def __init__(self, plan: HaloPlan, comm: Comm, seed: int, epoch: int, training: bool,
+                 wire: torch.dtype = torch.float32) -> None:
         self.plan, self.comm, self.seed, self.epoch, self.training = plan, comm, seed, epoch, training
         self.kind = "halo" if training else "eval"
+        self.wire = wire if training else torch.float32  # evaluation's rows go exact
 
     def exchange(self, h: Tensor, kind: str) -> Tensor:
         """Send my rows that peers need, receive my halo rows (ordered like ``plan.halo``)."""
         parts = {}
         for q, count in self.plan.recv_counts.items():
             if self.plan.send_rows[q].numel():
-                self.comm.isend(h[self.plan.send_rows[q]], q, kind)
+                self.comm.isend(h[self.plan.send_rows[q]].to(self.wire), q, kind)
             if count:
-                parts[q] = self.comm.irecv((count, h.size(1)), q)
+                parts[q] = self.comm.irecv((count, h.size(1)), q, dtype=self.wire)
         self.comm.wait_all()
-        return torch.cat([parts[q] for q in sorted(parts)]) if parts else h.new_zeros(0, h.size(1))
+        if not parts:
+            return h.new_zeros(0, h.size(1))
+        return torch.cat([parts[q] for q in sorted(parts)]).to(h.dtype)
 
     def aggregate(self, h: Tensor, key: int) -> Tensor:
         if not self.training:
@@ -123,6 +128,7 @@ class GraphRank:
         self.spec, self.comm, self.model, self.data = spec, comm, model, data
         full = normalized_adjacency(data.edge_index.cpu(), data.num_nodes, model.norm)
         self.plan = _halo_plan(full, spec.bounds, comm.rank).to(comm.device)
+        self.wire = torch_dtype(spec.job.wire_dtype)  # halo rows travel in this dtype
         self.optimizer = torch.optim.Adam(
             model.param_groups(spec.job.weight_decay, spec.job.gnn_weight_decay), lr=spec.job.lr)
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -138,7 +144,8 @@ class GraphRank:
     def run_chunks(self, epoch: int) -> float:
         comm = self.comm
         start = comm.now()
-        logits = self.model(self.x, GraphContext(self.plan, comm, self.spec.job.seed, epoch, training=True))
+        logits = self.model(self.x, GraphContext(self.plan, comm, self.spec.job.seed, epoch,
+                                                 training=True, wire=self.wire))
         loss = chunk_loss(logits, self.y, self.train, self.num_train)
         comm.record(OpKind.FORWARD, start)
         start = comm.now()

@@ -60,8 +60,10 @@ class PipelineStage:
         self.adj: Adjacency = normalized_adjacency(data.edge_index, data.num_nodes, model.norm)
         self.executor = StageExecutor(model, self.start, self.stop, self.adj, spec.bounds,
                                       spec.job.techniques, spec.job.seed, spec.job.recompute,
-                                      history_dtype=torch_dtype(spec.job.history_dtype))
+                                      history_dtype=torch_dtype(spec.job.history_dtype),
+                                      wire_dtype=torch_dtype(spec.job.wire_dtype))
         self.executor.upkeep_between_phases = not self.is_last  # it idles there, waiting
+        self.wire = torch_dtype(spec.job.wire_dtype)  # boundary tensors travel in this dtype
         groups = model.param_groups(spec.job.weight_decay, spec.job.gnn_weight_decay, self.start,
                                     self.stop)
         self.optimizer: torch.optim.Optimizer | _NoParameters = (
@@ -80,7 +82,8 @@ class PipelineStage:
         if peer is None or not 0 <= position < len(order):
             return []
         lo, hi = self.rows(order[position])
-        return [self.comm.post_recv((hi - lo, w), peer, order[position]) for w in widths]
+        return [self.comm.post_recv((hi - lo, w), peer, order[position], dtype=self.wire)
+                for w in widths]
 
     def forward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None) -> float:
         """Forward every chunk of ``order``; returns the summed chunk losses on the last stage.
@@ -94,7 +97,7 @@ class PipelineStage:
             if self.is_first:
                 inputs = [data.x[lo:hi]]
             else:  # wait for this chunk, then start receiving the next one while computing
-                inputs = [r.wait() for r in incoming]
+                inputs = [r.wait().float() for r in incoming]
                 incoming = self._post(order, position + 1, self.prev, self.in_widths)
             target = (data.y[lo:hi], data.train_mask[lo:hi], self.num_train) if self.is_last else None
             start = comm.now()
@@ -104,8 +107,8 @@ class PipelineStage:
                 loss += float(outputs[0])
             else:
                 assert self.next is not None  # every stage but the last has a next
-                for out in outputs:
-                    comm.isend(out, self.next, "activation", c)
+                for out in outputs:  # rounded to the wire dtype already: exact
+                    comm.isend(out.to(self.wire), self.next, "activation", c)
         comm.wait_all()
         return loss
 
@@ -120,7 +123,7 @@ class PipelineStage:
             lo, hi = self.rows(c)
             grads: list[Tensor | None] | None = None
             if not self.is_last:
-                grads = [r.wait() for r in incoming]
+                grads = [r.wait().float() for r in incoming]
                 incoming = self._post(order, position - 1, self.next, self.out_widths)
             start = comm.now()
             grad_inputs = self.executor.backward(c, grads)
@@ -130,7 +133,7 @@ class PipelineStage:
                 for g, w in zip(grad_inputs, self.in_widths):
                     if g is None:  # an input this stage never used: a zero gradient
                         g = torch.zeros(hi - lo, w, device=comm.device)
-                    comm.isend(g, self.prev, "gradient", c)
+                    comm.isend(g.to(self.wire), self.prev, "gradient", c)
         comm.wait_all()
 
     @torch.no_grad()

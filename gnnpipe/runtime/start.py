@@ -52,4 +52,4 @@ def start_distributed(model: LayerStack, data: Data, job: TrainConfig, cluster: 
 def _predicted(model: LayerStack, data: Data, job: TrainConfig, parts: Partitioning) -> int:
     return comm_volume(model, data, job.mode, stages=job.stages, parts=job.parts, ways=job.ways,
                        partitioning=parts, chunks=job.chunks, ranges=list(job.ranges),
-                       history_dtype=job.history_dtype)
+                       history_dtype=job.history_dtype, wire_dtype=job.wire_dtype)

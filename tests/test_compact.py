@@ -1,5 +1,6 @@
-"""Compact historical buffers (``history_dtype``): stored in 16 bits, computed in float32, the
-same arithmetic in every chunked mode, checkpointed and resumed alike, bytes as predicted."""
+"""Compact storage and wire: historical buffers (``history_dtype``) and boundary tensors
+(``wire_dtype``) in 16 bits, computed in float32, the same arithmetic in every chunked mode,
+checkpointed and resumed alike, bytes as predicted."""
 
 from __future__ import annotations
 
@@ -75,15 +76,47 @@ def test_a_pyg_gat_trains_with_compact_histories(small_graph):
     assert bf16.notna().all() and (fp32 - bf16).abs().max() < 0.02 * fp32.abs().max()
 
 
-def test_pipeline_equals_local_with_compact_histories(cluster, small_graph):
+@pytest.mark.parametrize("options", [{"history_dtype": torch.bfloat16},
+                                     {"wire_dtype": torch.bfloat16},
+                                     {"history_dtype": torch.float16, "wire_dtype": "bfloat16"}])
+def test_pipeline_equals_local_with_compact_options(cluster, small_graph, options):
     model = _gcnii(small_graph)
-    kwargs = {"stages": 2, "chunks": 8, "epochs": EPOCHS, "progress": False,
-              "history_dtype": torch.bfloat16}
+    kwargs = {"stages": 2, "chunks": 8, "epochs": EPOCHS, "progress": False, **options}
     local = gp.train(copy.deepcopy(model), small_graph, "local", **kwargs)
     pipe = gp.train(copy.deepcopy(model), small_graph, "pipeline", cluster=cluster, **kwargs)
     rel = ((pipe.history["loss"] - local.history["loss"]).abs() / local.history["loss"]).max()
     assert rel < 1e-5
     assert pipe.history["val_acc"].tolist() == local.history["val_acc"].tolist()
+    wire = options.get("wire_dtype", "float32")
+    predicted = gp.comm_volume(model, small_graph, "pipeline", stages=2, wire_dtype=wire)
+    assert (pipe.history["comm_bytes"] == predicted).all()
+    full = gp.comm_volume(model, small_graph, "pipeline", stages=2)
+    assert predicted == (full // 2 if wire != "float32" else full)
+
+
+def test_a_bf16_wire_rounds_at_the_stage_boundary_in_local(small_graph):
+    model = _gcnii(small_graph)
+    runs = [gp.train(copy.deepcopy(model), small_graph, "local", stages=2, chunks=4,
+                     epochs=EPOCHS, progress=False, wire_dtype=d)
+            for d in (torch.float32, torch.bfloat16)]
+    fp32, bf16 = (r.history["loss"] for r in runs)
+    assert not fp32.equals(bf16) and (fp32 - bf16).abs().max() < 0.02 * fp32.abs().max()
+    one_stage = [gp.train(copy.deepcopy(model), small_graph, "local", stages=1, chunks=4,
+                          epochs=3, progress=False, wire_dtype=d)
+                 for d in (torch.float32, torch.bfloat16)]  # no boundary: nothing to round
+    assert one_stage[0].history["loss"].equals(one_stage[1].history["loss"])
+
+
+def test_graph_halos_on_a_bf16_wire_halve_the_bytes(cluster, small_graph):
+    model = gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=4, dropout=0.0)
+    single = gp.train(copy.deepcopy(model), small_graph, "single", epochs=EPOCHS, progress=False)
+    graph = gp.train(copy.deepcopy(model), small_graph, "graph", parts=3, epochs=EPOCHS,
+                     cluster=cluster, progress=False, wire_dtype=torch.bfloat16)
+    predicted = gp.comm_volume(model, small_graph, "graph", parts=3, wire_dtype="bfloat16")
+    assert (graph.history["comm_bytes"] == predicted).all()
+    assert predicted * 2 == gp.comm_volume(model, small_graph, "graph", parts=3)
+    gap = (graph.history["loss"] - single.history["loss"]).abs().max()
+    assert 0 < gap < 0.02 * single.history["loss"].abs().max()  # rounded halos, not exact
 
 
 def test_hybrid_ways_exchange_compact_rows_as_predicted(cluster, small_graph):
@@ -92,13 +125,14 @@ def test_hybrid_ways_exchange_compact_rows_as_predicted(cluster, small_graph):
     sent = {}
     for dtype in (torch.float32, torch.bfloat16):
         run = gp.train(copy.deepcopy(model), small_graph, "hybrid", epochs=2, cluster=cluster,
-                       progress=False, history_dtype=dtype, **layout)
-        boundary = run.comm[run.comm["kind"].isin(["boundary", "boundary_grad"])]
-        sent[dtype] = int(boundary["bytes"].sum()) // 2
-        predicted = gp.comm_volume(model, small_graph, "hybrid", history_dtype=dtype, **layout)
+                       progress=False, history_dtype=dtype, wire_dtype=dtype, **layout)
+        sent[dtype] = run.comm.groupby("kind")["bytes"].sum()
+        predicted = gp.comm_volume(model, small_graph, "hybrid", history_dtype=dtype,
+                                   wire_dtype=dtype, **layout)
         assert (run.history["comm_bytes"] == predicted).all()
         assert run.launch.predicted_comm_bytes == predicted
-    assert sent[torch.bfloat16] * 2 == sent[torch.float32] > 0
+    for kind in ("boundary", "boundary_grad", "activation", "gradient"):
+        assert sent[torch.bfloat16][kind] * 2 == sent[torch.float32][kind] > 0, kind
 
 
 def test_a_compact_run_resumes_exactly(small_graph, tmp_path):
@@ -125,4 +159,7 @@ def test_history_dtype_is_checked_and_recorded(small_graph):
                    history_dtype="float16").config
     assert TrainConfig.from_dict(job.to_dict()) == job
     assert job.to_dict()["history_dtype"] == "float16"
-    assert TrainConfig.from_dict({"mode": "local"}).history_dtype is Precision.FLOAT32
+    legacy = TrainConfig.from_dict({"mode": "local"})  # saved before the options existed
+    assert legacy.history_dtype is legacy.wire_dtype is Precision.FLOAT32
+    with pytest.raises(ValueError, match="wire_dtype: expected a torch dtype"):
+        gp.train(model, small_graph, "local", wire_dtype="int8")
