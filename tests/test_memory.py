@@ -86,3 +86,28 @@ def test_every_rank_reports_its_peak(cluster, small_graph, mode, layout, ranks):
     assert memory["rank"].tolist() == list(range(ranks))
     assert (memory["peak_bytes"] > 0).all() and (memory["baseline_bytes"] > 0).all()
     assert int(run.summary()["peak_bytes"][0]) == int(memory["peak_bytes"].max())
+
+
+def _saved_bytes(model, data, mode, **layout) -> int:
+    """Bytes autograd keeps for the backward over one epoch (every saved tensor, once each)."""
+    total = [0]
+
+    def pack(t):
+        total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        gp.train(model, data, mode, epochs=1, eval_every=5, progress=False, **layout)
+    return total[0]
+
+
+@pytest.mark.parametrize("mode, layout", [("single", {}), ("local", {"stages": 2, "chunks": 4})])
+def test_dropout_keeps_no_mask_for_the_backward(small_graph, mode, layout):
+    """The keyed dropout draws its mask again in the backward: a model with dropout keeps what
+    the same model without it keeps."""
+    saved = {}
+    for p in (0.0, 0.5):
+        model = gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=4,
+                                dropout=p)
+        saved[p] = _saved_bytes(model, small_graph, mode, **layout)
+    assert saved[0.5] == saved[0.0] > 0

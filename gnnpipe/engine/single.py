@@ -41,11 +41,34 @@ def mask_seed(seed: int, epoch: int, chunk: int, key: int) -> int:
 LAYER_RNG_KEY = 1 << 29
 
 
+def _dropout_scale(like: Tensor, p: float, seed: int) -> Tensor:
+    """0 or ``1/(1-p)`` per entry of ``like``'s shape, drawn from ``seed`` alone."""
+    gen = torch.Generator(device=like.device).manual_seed(seed)
+    scale = torch.rand(like.shape, generator=gen, device=like.device, dtype=like.dtype)
+    return scale.ge_(p).div_(1.0 - p)
+
+
+class _KeyedDropout(torch.autograd.Function):
+    """``h * scale(seed)`` that keeps only the seed for its backward, which draws the same
+    scale again: a stashed chunk holds no mask (one ``rows × width`` float tensor per dropout
+    otherwise, a third of what a GCNII layer keeps for its backward)."""
+
+    @staticmethod
+    def forward(ctx: Any, h: Tensor, p: float, seed: int) -> Tensor:
+        ctx.p, ctx.seed = p, seed
+        return h * _dropout_scale(h, p, seed)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        return grad * _dropout_scale(grad, ctx.p, ctx.seed), None, None
+
+
 def keyed_dropout(h: Tensor, p: float, seed: int) -> Tensor:
-    """Inverted dropout whose mask depends only on ``seed`` (and ``h``'s shape)."""
-    gen = torch.Generator(device=h.device).manual_seed(seed)
-    scale = torch.rand(h.shape, generator=gen, device=h.device, dtype=h.dtype)
-    return h * scale.ge_(p).div_(1.0 - p)  # one product for autograd: 0 or 1/(1-p) per entry
+    """Inverted dropout whose mask depends only on ``seed`` (and ``h``'s shape); the mask is
+    drawn again in the backward rather than kept."""
+    out = _KeyedDropout.apply(h, p, seed)
+    assert isinstance(out, Tensor)
+    return out
 
 
 class FullGraphContext:
