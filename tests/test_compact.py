@@ -163,3 +163,31 @@ def test_history_dtype_is_checked_and_recorded(small_graph):
     assert legacy.history_dtype is legacy.wire_dtype is Precision.FLOAT32
     with pytest.raises(ValueError, match="wire_dtype: expected a torch dtype"):
         gp.train(model, small_graph, "local", wire_dtype="int8")
+
+
+def test_recompute_keeps_its_aggregations_as_compactly_as_the_history(cluster, small_graph):
+    """With a bf16 history the recompute cache is bf16 too (half its memory) and pipeline still
+    equals local; with float32 recompute stays exact against no recompute."""
+    model = _gcnii(small_graph)
+    kwargs = {"stages": 2, "chunks": 4, "epochs": 4, "progress": False, "recompute": True}
+    seen: list = []
+    original = StageExecutor.end_epoch
+
+    def spy(self):
+        seen.extend(b.kept_z.dtype for b in self.buffers.values() if b.kept_z is not None)
+        return original(self)
+
+    StageExecutor.end_epoch = spy
+    try:
+        local = gp.train(copy.deepcopy(model), small_graph, "local", history_dtype="bfloat16",
+                         **kwargs)
+    finally:
+        StageExecutor.end_epoch = original
+    assert seen and set(seen) == {torch.bfloat16}
+    pipe = gp.train(copy.deepcopy(model), small_graph, "pipeline", cluster=cluster,
+                    history_dtype="bfloat16", **kwargs)
+    rel = ((pipe.history["loss"] - local.history["loss"]).abs() / local.history["loss"]).max()
+    assert rel < 1e-5
+    exact = [gp.train(copy.deepcopy(model), small_graph, "local", **{**kwargs, "recompute": r})
+             for r in (True, False)]
+    assert ((exact[0].history["loss"] - exact[1].history["loss"]).abs() < 1e-5).all()

@@ -65,8 +65,9 @@ class LayerBuffers:
     grad_dtype: torch.dtype | None = None
     #: Recomputation's copy of the forward's aggregation outputs ``Z``, rows by chunk: one
     #: full-size tensor kept across epochs, not a tensor per chunk allocated every epoch
-    #: (those fragment the heap, and a rank's resident memory grew epoch after epoch). Not part
-    #: of a checkpoint.
+    #: (those fragment the heap, and a rank's resident memory grew epoch after epoch), in the
+    #: history's dtype (a 16-bit history halves it; the replay then reads ``Z`` rounded, as the
+    #: products read ``Hbuf``). Not part of a checkpoint.
     kept_z: Tensor | None = None
 
     @property
@@ -86,8 +87,8 @@ class LayerBuffers:
 
     def keep_z(self, lo: int, hi: int, z: Tensor) -> None:
         """Keep ``z``, the forward's ``Z[lo:hi]``, for the replay (:attr:`kept_z`)."""
-        if self.kept_z is None:  # in the computation's dtype: the replay must equal the forward
-            self.kept_z = torch.empty(self.H.shape, dtype=z.dtype, device=z.device)
+        if self.kept_z is None:  # stored as the history is: compact with a 16-bit history
+            self.kept_z = torch.empty_like(self.H)
         self.kept_z[lo:hi] = z
 
     def tensors(self) -> dict[str, Tensor]:
@@ -144,7 +145,7 @@ class _ChunkAggregate(torch.autograd.Function):
         ctx.buf, ctx.rows, ctx.lo, ctx.hi, ctx.double = buf, rows, lo, hi, double
         ctx.sync, ctx.key, ctx.chunk = sync, key, chunk
         if cached is not None:  # recomputation: reuse the forward's aggregation, keep its inputs
-            return cached.clone()
+            return cached.to(h.dtype, copy=True)
         buf.H[lo:hi] = h.detach()
         if sync is not None:
             sync.share_h(key, buf, chunk)
