@@ -92,6 +92,12 @@ class Cluster:
         info = self.client.sync(self._scheduler().identity, n_workers=-1)
         return sorted(info["workers"])
 
+    def memory_limits(self, workers: list[str]) -> dict[str, int]:
+        """Each of ``workers``' Dask ``memory_limit`` in bytes (0: none), asked of the scheduler
+        while they are alive (a worker killed for memory is gone from it afterwards)."""
+        info = self.client.sync(self._scheduler().identity, n_workers=-1)["workers"]
+        return {w: int(info[w].get("memory_limit") or 0) for w in workers if w in info}
+
     def ready(self, world: int, timeout: float = 120.0) -> list[str]:
         """The workers, after waiting up to ``timeout`` s for ``world`` of them: a local cluster
         may still be bringing back workers restarted after a failure, a remote one may still be

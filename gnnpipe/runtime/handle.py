@@ -13,13 +13,16 @@ from distributed import Event
 
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.analysis import efficiency as eff
+from gnnpipe.core.job import TrainConfig
+from gnnpipe.core.kinds import Mode, Precision
 from gnnpipe.core.timeline import Timeline
+from gnnpipe.core.units import format_bytes
 from gnnpipe.run import RunResults, events_frame, history_from, memory_from
 from gnnpipe.runtime.cluster import Cluster
-from gnnpipe.runtime.launch import RankFailure, launch
+from gnnpipe.runtime.launch import FailureKind, RankFailure, launch
 from gnnpipe.runtime.spec import JobSpec, RankResult
 
-__all__ = ["DistributedRun"]
+__all__ = ["DistributedRun", "leaner_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +58,17 @@ def _stop_at_exit() -> None:
 # Private but kept since Python 3.9 for the same need (concurrent.futures joins its workers
 # with it); without it the non-daemon threads still end before finalization, only later.
 getattr(threading, "_register_atexit", lambda _: None)(_stop_at_exit)
+
+
+def leaner_options(job: TrainConfig) -> str:
+    """What ``job`` could change to need less memory per rank, as ``gp.train`` arguments."""
+    if job.mode is Mode.GRAPH:
+        return f"parts={job.parts + 1} or more (each rank holds 1/parts of the graph)"
+    options = [] if job.recompute else ["recompute=True"]
+    if job.history_dtype is Precision.FLOAT32:
+        options.append("history_dtype=torch.bfloat16")
+    options += [f"chunks={2 * job.chunks}", f"stages={job.stages + 1}"]
+    return ", ".join(options)
 
 
 class DistributedRun(RunResults):
@@ -209,11 +223,31 @@ class DistributedRun(RunResults):
             except RankFailure as failure:
                 stopped = self._stop.is_set()
                 if number >= self._recovery.restarts or stopped:
-                    raise
+                    raise self._explained(failure) from failure
                 root = self._recovery.root
                 manifest = (ckpt.latest(root) if root else None) or self._recovery.resume
                 number += 1
                 self._begin(number, manifest, failure)  # launch waits for restarted workers
+
+    def _explained(self, failure: RankFailure) -> RankFailure:
+        """``failure``, for a worker that died, with what its rank last reported holding, its
+        worker's memory limit, and the options that need less memory per rank."""
+        if failure.kind is not FailureKind.DIED:
+            return failure
+        with self._lock:
+            records = [r for r in self._live if r.get("rank") == failure.rank]
+        parts = [failure.cause]
+        if failure.memory_limit:
+            parts.append(f"its worker's Dask memory_limit is {format_bytes(failure.memory_limit)} "
+                         "(the nanny restarts a worker at 95% of it)")
+        if records and "peak_bytes" in records[-1]:
+            last = records[-1]
+            held = int(last["peak_bytes"]) + int(last["baseline_bytes"])
+            parts.append(f"by epoch {last['epoch']} the rank's process held up to "
+                         f"{format_bytes(held)}")
+        parts.append(f"if it ran out of memory, these need less per rank: "
+                     f"{leaner_options(self.config)}")
+        return RankFailure(failure.rank, "; ".join(parts), failure.kind, failure.memory_limit)
 
     def _begin(self, number: int, manifest: ckpt.Manifest | None,
                failure: RankFailure | None = None) -> None:

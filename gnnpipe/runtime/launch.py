@@ -55,11 +55,13 @@ class Failure:
 
 
 class RankFailure(RuntimeError):
-    """A rank raised, hung or its worker process died (``kind``: a :class:`FailureKind`)."""
+    """A rank raised, hung or its worker process died (``kind``: a :class:`FailureKind`);
+    ``memory_limit``: the Dask ``memory_limit`` of the rank's worker in bytes (0: none)."""
 
-    def __init__(self, rank: int, cause: str, kind: FailureKind = FailureKind.RAISED) -> None:
+    def __init__(self, rank: int, cause: str, kind: FailureKind = FailureKind.RAISED,
+                 memory_limit: int = 0) -> None:
         super().__init__(f"rank {rank} failed: {cause}")
-        self.rank, self.cause, self.kind = rank, cause, kind
+        self.rank, self.cause, self.kind, self.memory_limit = rank, cause, kind, memory_limit
 
 
 def _is_fallout(exc: BaseException) -> bool:
@@ -81,11 +83,13 @@ def launch(spec: JobSpec, cluster: Cluster, number: int = 0,
         cluster.client, spec.world, spec.job.timeout,
         lambda chosen: _submit(spec, cluster, chosen, topic, number, resume))
     prefix = rank_prefix(topic)
+    limits = cluster.memory_limits(workers)
     failures = _watch(cluster, workers, futures, prefix)
     if failures:
         _release(cluster, workers, futures, prefix)
         first = min(failures.values(), key=Failure.ranking)
-        raise RankFailure(first.rank, first.cause, first.kind)
+        raise RankFailure(first.rank, first.cause, first.kind,
+                          limits.get(workers[first.rank], 0))
     results = [f.result() for f in futures]
     for result, worker in zip(results, workers):
         result.worker = worker

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import sys
 import time
@@ -50,13 +51,31 @@ def test_killing_a_worker_fails_fast_and_the_cluster_recovers(cluster, small_gra
     # machine does): the cluster must still come back to full size.
     with dask.config.set({"distributed.deploy.lost-worker-timeout": "0s"}):
         os.kill(pid, signal.SIGKILL)
-        with pytest.raises(RankFailure, match=r"rank 1 failed: its worker process died"):
+        with pytest.raises(RankFailure, match=r"rank 1 failed: its worker process died") as info:
             run.wait(timeout=200)
     assert time.monotonic() - killed < 150  # found by the monitor, not the 300 s timeout
+    # what it last held and what would need less, in case it was memory
+    assert re.search(r"by epoch \d+ the rank's process held up to [\d.]+ [MG]B", str(info.value))
+    assert "recompute=True, history_dtype=torch.bfloat16, chunks=8, stages=3" in str(info.value)
     assert len(cluster.ready(4)) == 4
     again = gp.train(_model(small_graph), small_graph, "graph", parts=4, epochs=2, cluster=cluster,
                      progress=False)
     assert len(again.history) == 2
+
+
+def test_a_worker_killed_for_memory_names_its_limit_and_what_needs_less():
+    """A pipeline rank that outgrows its worker's Dask memory_limit (the nanny kills the worker
+    at 95% of it) fails the run with the limit, and the options that need less per rank."""
+    data = gp.datasets.synthetic(num_nodes=100_000, avg_degree=10, num_features=64, seed=0)
+    model = gp.models.gcnii(64, hidden=64, out_dim=8, layers=16, dropout=0.0)
+    with (gp.Cluster(n_workers=2, memory_limit="900MiB") as capped,
+          pytest.raises(RankFailure, match=r"failed: its worker process died") as info):
+        gp.train(model, data, "pipeline", stages=2, chunks=8, epochs=20, cluster=capped,
+                 timeout=300, progress=False)
+    message = str(info.value)
+    assert "its worker's Dask memory_limit is 944 MB (the nanny restarts a worker at 95%" in message
+    assert message.endswith("these need less per rank: recompute=True, "
+                            "history_dtype=torch.bfloat16, chunks=16, stages=3")
 
 
 def test_background_run_is_live_and_stops_together(cluster, small_graph):
