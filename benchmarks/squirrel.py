@@ -132,7 +132,9 @@ aggregating layer instead of two (`history_dtype=torch.bfloat16` halves them).
 `techniques=True` restores the paper's set.
 
 **The paper's depth.** GCNII-32: default 0.395 against exact 0.390 (+0.5); ResGCN+-32: 0.476
-against 0.480 (−0.4), seeds 0–2. `pipeline` computes exactly what `local` does (equal to 1e-5 in
+against 0.480 (−0.4), seeds 0–2. The hybrid, 2 ways × 2 stages × 8 chunks on 4 Dask worker
+processes with the defaults, GCNII-32 seed 0 (one seed: 11 minutes with 4 ranks on 2 cores):
+0.406 against single's 0.396 on that seed. `pipeline` computes exactly what `local` does (equal to 1e-5 in
 `tests/runtime/test_modes.py`) and `graph` what `single` does, so these rows stand for them.
 Hyperparameters that differ from the paper's, and why: hidden 64 (paper 100), Adam lr 0.01 (paper
 1e-3), 300 epochs, dropout 0.5, 2 stages × 8 chunks (paper 8 GPUs × 32 chunks), features as
