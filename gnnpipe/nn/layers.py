@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -92,7 +93,29 @@ class GCNIILayer(Block):
         z = (1.0 - self.alpha) * ctx.aggregate(ctx.dropout(h, self.p, self.key), self.key)
         assert h0 is not None, "GCNIILayer reads h0 (carries_h0=True)"
         z = z + self.alpha * h0
-        return F.relu(torch.addmm(z, z, self.weight, beta=1.0 - self.beta, alpha=self.beta)), h0
+        out = _GCNIIUpdate.apply(z, self.weight, self.beta)
+        assert isinstance(out, Tensor)
+        return out, h0
+
+
+class _GCNIIUpdate(torch.autograd.Function):
+    """``relu((1-β) z + β z W)`` keeping ``z`` and the ReLU's sign (one byte a value) for the
+    backward, where ``addmm`` then ``relu`` would keep ``z`` and the float output: a quarter less
+    of what a GCNII layer keeps per row."""
+
+    @staticmethod
+    def forward(ctx: Any, z: Tensor, weight: Tensor, beta: float) -> Tensor:
+        out = torch.addmm(z, z, weight, beta=1.0 - beta, alpha=beta).relu_()
+        ctx.beta = beta
+        ctx.save_for_backward(z, weight, out > 0)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+        z, weight, positive = ctx.saved_tensors
+        g = grad * positive
+        grad_z = torch.addmm(g, g, weight.t(), beta=1.0 - ctx.beta, alpha=ctx.beta)
+        return grad_z, (z.t() @ g).mul_(ctx.beta), None
 
 
 class ResGCNPlusLayer(Block):
