@@ -248,7 +248,8 @@ def test_plan_considers_chunk_counts_only_up_to_the_profiled_ones(model, small_g
 def test_profile_frees_what_it_allocated(model, small_graph):
     """Nothing of a profile outlives it (its memory-probing forward once kept every buffer
     alive through a cycle in autograd's graph: ~0.5 GB per profile on a 50K-node worker)."""
-    from gnnpipe.engine.chunked import LayerBuffers, StageExecutor
+    from gnnpipe.engine.buffers import LayerBuffers
+    from gnnpipe.engine.chunked import StageExecutor
 
     def alive() -> int:
         gc.collect()

@@ -64,7 +64,7 @@ def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning,
     forward the rows other chunks read; backward their gradients (``dZ`` rows of ``Â @ h``) or,
     for a message-passing call, the gradients it pushes to other chunks' rows. ``Hbuf`` and
     ``dZbuf`` rows go as the history stores them (``history``); pushes in float32."""
-    from gnnpipe.engine.chunked import boundary_rows
+    from gnnpipe.engine.buffers import boundary_rows
     from gnnpipe.engine.graph import normalized_adjacency
 
     ordered = chunking.apply(data)

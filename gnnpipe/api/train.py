@@ -20,7 +20,7 @@ from gnnpipe.core.kinds import Mode
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.engine import single
-from gnnpipe.engine.chunked import torch_dtype
+from gnnpipe.engine.buffers import torch_dtype
 from gnnpipe.engine.driver import EpochCallback, EpochProgram, drive
 from gnnpipe.engine.graph import normalized_adjacency
 from gnnpipe.engine.local import LocalEngine

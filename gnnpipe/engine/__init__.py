@@ -6,7 +6,8 @@
   :mod:`~gnnpipe.engine.memory`: the peak memory a run adds to its process, measured alike in
   every mode;
 - :mod:`~gnnpipe.engine.single`: the exact full-graph epoch;
-- :mod:`~gnnpipe.engine.chunked`: GNNPipe's chunked epoch (historical embeddings) of one stage;
+- :mod:`~gnnpipe.engine.chunked`: GNNPipe's chunked epoch (historical embeddings) of one stage,
+  :mod:`~gnnpipe.engine.buffers` its full-graph buffers;
   :mod:`~gnnpipe.engine.driver`: the one epoch loop every mode runs (``EpochProgram``);
 - :mod:`~gnnpipe.engine.local`: every stage in one process; :mod:`~gnnpipe.engine.probe`: what
   a stack's blocks aggregate.

@@ -13,7 +13,7 @@ from torch_geometric.data import Data
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.core.kinds import OpKind
 from gnnpipe.engine import state as engine_state
-from gnnpipe.engine.chunked import torch_dtype
+from gnnpipe.engine.buffers import torch_dtype
 from gnnpipe.engine.graph import Adjacency, coo_to_csr, normalized_adjacency
 from gnnpipe.engine.message_passing import MessageGraphs, halo_message_passing, return_halo_grads
 from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed

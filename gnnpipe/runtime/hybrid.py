@@ -13,7 +13,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
-from gnnpipe.engine.chunked import LayerBuffers, boundary_rows
+from gnnpipe.engine.buffers import LayerBuffers, boundary_rows
 from gnnpipe.engine.graph import Adjacency
 from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm

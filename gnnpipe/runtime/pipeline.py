@@ -12,7 +12,8 @@ from torch_geometric.data import Data
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.core.kinds import OpKind
 from gnnpipe.engine import state as engine_state
-from gnnpipe.engine.chunked import StageExecutor, chunk_order, torch_dtype
+from gnnpipe.engine.buffers import torch_dtype
+from gnnpipe.engine.chunked import StageExecutor, chunk_order
 from gnnpipe.engine.driver import owned
 from gnnpipe.engine.graph import Adjacency, normalized_adjacency
 from gnnpipe.engine.single import FullGraphContext, metrics
