@@ -8,7 +8,8 @@ import threading
 import pandas as pd
 
 import gnnpipe as gp
-from dashboard.app import Dashboard, _Session
+from dashboard.app import Dashboard
+from dashboard.session import Session
 from dashboard.stream import Feed, ReplaySource, RunSource, as_source
 from gnnpipe.run import memory_from
 
@@ -46,7 +47,7 @@ def test_replayed_run_folder_shows_what_the_live_run_showed(cluster, small_graph
                    background=True, progress=False)
     live = RunSource(run)
     run.wait(timeout=120)
-    session = _Session(live)
+    session = Session(live)
     assert session.final is not None
     run.save(tmp_path / "run")
     replay = ReplaySource(tmp_path / "run").final()
@@ -98,14 +99,14 @@ def test_dashboard_renders_live_replay_and_explorer(small_graph, tmp_path):
 
 
 def test_live_session_keeps_a_window_of_epochs():
-    from dashboard.app import WINDOW_EPOCHS
+    from dashboard.session import WINDOW_EPOCHS
     from dashboard.stream import Source
 
     class Live(Source):
         done = False  # a run still training
 
     source = Live({"mode": "pipeline"})
-    session = _Session(source)
+    session = Session(source)
     op = {"rank": 0, "stage": 0, "way": 0, "chunk": 0, "kind": "forward", "start": 0.0,
           "end": 1.0, "bytes": 0, "peer": -1}
     for epoch in range(WINDOW_EPOCHS + 5):
