@@ -43,6 +43,7 @@ _HOMES = {
     "TrainConfig": "gnnpipe.core.job",
     "chunk": "gnnpipe.partition",
     "comm_volume": "gnnpipe.analysis.volume",
+    "estimate_memory": "gnnpipe.api.memory",
     "partition": "gnnpipe.partition",
     "plan": "gnnpipe.plan",
     "simulate": "gnnpipe.schedule.simulator",
@@ -52,7 +53,8 @@ _SUBMODULES = ("datasets", "models", "schedule")
 
 __all__ = [
     "Cluster", "Mode", "Partitioning", "Plan", "Run", "RunHandle", "Techniques", "Timeline",
-    "TrainConfig", "__version__", "chunk", "comm_volume", "datasets", "models", "partition", "plan",
+    "TrainConfig", "__version__", "chunk", "comm_volume", "datasets", "estimate_memory", "models",
+    "partition", "plan",
     "schedule", "simulate", "train",
 ]
 

@@ -23,14 +23,20 @@ from typing import Any
 import dask
 from distributed import Nanny
 
-__all__ = ["COSTS", "MALLOC_VAR", "RankNanny", "WorkerEnvironment", "check_workers",
-           "inspect_worker", "rank_environment"]
+__all__ = ["COSTS", "LEAN_ALLOCATOR", "MALLOC_VAR", "RankNanny", "WorkerEnvironment", "check_workers",
+           "inspect_worker", "lean_allocator", "rank_environment", "transparent_huge_pages"]
 
 logger = logging.getLogger(__name__)
 
 MALLOC_VAR = "MALLOC_TRIM_THRESHOLD_"
 _DASK_MALLOC_DEFAULT = "65536"  # distributed.nanny.pre-spawn-environ's value
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: A rank's allocator: tensors above 1 MiB mapped afresh and handed back to the OS when freed
+#: (glibc otherwise raises its threshold to 32 MiB as large blocks are freed and keeps them in a
+#: heap that fragments: a rank then holds up to 4x what it uses, and what it holds depends on
+#: the graph's size), in 2 MiB pages (torch's ``THP_MEM_ALLOC_ENABLE``), so that mapping them
+#: costs no more page faults than the heap. Measured in ``benchmarks/allocator.py``.
+LEAN_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "1048576", "THP_MEM_ALLOC_ENABLE": "1"}
 #: Measured slow-down of torch's CPU compute in a rank, per setting (see the module docstring).
 COSTS = {
     MALLOC_VAR: "measured 1.8x slower torch compute (glibc then mmaps every tensor above 128 KiB)",
@@ -39,12 +45,33 @@ COSTS = {
 }
 
 
+def transparent_huge_pages() -> bool:
+    """Whether this kernel gives huge pages to memory that asks for them
+    (``/sys/kernel/mm/transparent_hugepage/enabled`` is ``always`` or ``madvise``)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+def lean_allocator() -> dict[str, str]:
+    """The allocator settings of the ranks gnnpipe starts (:data:`LEAN_ALLOCATOR`), or none
+    where the kernel has no transparent huge pages (every tensor's pages would then fault in
+    one by one) or ``GNNPIPE_ALLOCATOR=glibc`` asks for glibc's defaults."""
+    if os.environ.get("GNNPIPE_ALLOCATOR", "lean") == "glibc" or not transparent_huge_pages():
+        return {}
+    return dict(LEAN_ALLOCATOR)
+
+
 def _worker_config(threads: int) -> dict[str, Any]:
     """Dask config for the workers gnnpipe starts: no trim threshold, no statistical profiler,
-    ``threads`` OpenMP/MKL/OpenBLAS threads (torch's intra-op pool) per rank."""
+    ``threads`` OpenMP/MKL/OpenBLAS threads (torch's intra-op pool) per rank, and
+    :func:`lean_allocator`'s settings."""
     env = "distributed.nanny.pre-spawn-environ"
     return {f"{env}.{MALLOC_VAR}": None, "distributed.worker.profile.enabled": False,
-            **{f"{env}.{var}": threads for var in _THREAD_VARS}}
+            **{f"{env}.{var}": threads for var in _THREAD_VARS},
+            **{f"{env}.{var}": value for var, value in lean_allocator().items()}}
 
 
 def _initial_environ() -> dict[str, str] | None:
@@ -59,15 +86,16 @@ def _initial_environ() -> dict[str, str] | None:
 
 
 def _drop_leaked_malloc_setting() -> None:
-    """Remove the trim threshold that an earlier Dask nanny in this process put into
-    ``os.environ`` (it does so before spawning, and children inherit it); a value the user set
-    when starting the process is left alone."""
+    """Remove the allocator settings that an earlier Dask nanny in this process put into
+    ``os.environ`` (it does so before spawning, and children inherit it): Dask's trim threshold
+    and :data:`LEAN_ALLOCATOR`; a value the user set when starting the process is left alone."""
     initial = _initial_environ()
-    if (os.environ.get(MALLOC_VAR) == _DASK_MALLOC_DEFAULT and initial is not None
-            and MALLOC_VAR not in initial):
-        del os.environ[MALLOC_VAR]
-        logger.debug("removed %s=%s left in os.environ by a Dask nanny", MALLOC_VAR,
-                     _DASK_MALLOC_DEFAULT)
+    if initial is None:
+        return
+    for var, value in ((MALLOC_VAR, _DASK_MALLOC_DEFAULT), *LEAN_ALLOCATOR.items()):
+        if os.environ.get(var) == value and var not in initial:
+            del os.environ[var]
+            logger.debug("removed %s=%s left in os.environ by a Dask nanny", var, value)
 
 
 @contextlib.contextmanager
@@ -83,6 +111,7 @@ def rank_environment(threads: int) -> Iterator[None]:
         with dask.config.set(_worker_config(threads)):
             yield
     finally:
+        _drop_leaked_malloc_setting()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -105,10 +134,13 @@ class RankNanny(Nanny):
 
 @dataclass(frozen=True)
 class WorkerEnvironment:
-    """What slows torch in one worker: its trim threshold, profiler and thread counts."""
+    """What slows torch in one worker (its trim threshold, profiler and thread counts) and
+    whether its allocator hands freed tensors back."""
 
     malloc_trim_threshold: str | None
     profiler: bool
+    #: the worker holds what it uses: :data:`LEAN_ALLOCATOR`'s settings are in its environment
+    lean_allocator: bool
     torch_threads: int
     omp_threads: str | None
 
@@ -135,6 +167,7 @@ def inspect_worker() -> dict[str, Any]:
 
     return {"malloc_trim_threshold": os.environ.get(MALLOC_VAR),
             "profiler": bool(dask.config.get("distributed.worker.profile.enabled", True)),
+            "lean_allocator": all(os.environ.get(k) == v for k, v in LEAN_ALLOCATOR.items()),
             "torch_threads": torch.get_num_threads(),
             "omp_threads": os.environ.get("OMP_NUM_THREADS")}
 

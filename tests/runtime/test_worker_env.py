@@ -4,6 +4,7 @@ distributed run reports its parallel efficiency."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -12,7 +13,14 @@ from failing_blocks import check_subnormals
 
 import gnnpipe as gp
 from gnnpipe.analysis.efficiency import CLASSES
-from gnnpipe.runtime.workerenv import MALLOC_VAR, check_workers, inspect_worker
+from gnnpipe.runtime.workerenv import (
+    LEAN_ALLOCATOR,
+    MALLOC_VAR,
+    _initial_environ,
+    check_workers,
+    inspect_worker,
+    transparent_huge_pages,
+)
 
 
 def test_dask_defaults_are_named_then_gnnpipe_workers_are_clean(caplog, small_graph) -> None:
@@ -33,11 +41,15 @@ def test_dask_defaults_are_named_then_gnnpipe_workers_are_clean(caplog, small_gr
                            cluster=client, progress=False)
         assert len(run.history) == 2
         assert f"{MALLOC_VAR}=65536" in caplog.text
+    initial = _initial_environ() or {}
     with gp.Cluster(n_workers=1, threads_per_worker=2) as cluster:
         env = cluster.client.run(inspect_worker)
         (worker,) = env.values()
         assert worker == {"malloc_trim_threshold": None, "profiler": False,
+                          "lean_allocator": transparent_huge_pages(),
                           "torch_threads": worker["torch_threads"], "omp_threads": "2"}
+        assert not any(os.environ.get(k) == v and k not in initial
+                       for k, v in LEAN_ALLOCATOR.items())  # not left in this process
         assert check_workers(cluster.client, cluster.workers(), threads=2) == {}
 
 
@@ -121,3 +133,20 @@ def test_ranks_and_one_process_modes_flush_subnormals(cluster, small_graph) -> N
         run = gp.train(model, small_graph, mode, chunks=4 if mode != "single" else None,
                        epochs=2, progress=False, **extra)
         assert len(run.history) == 2, mode
+
+
+def test_ranks_get_the_lean_allocator_unless_asked_for_glibcs(monkeypatch) -> None:
+    """The workers gnnpipe starts hand freed tensors back (where the kernel has huge pages);
+    ``GNNPIPE_ALLOCATOR=glibc`` keeps glibc's defaults."""
+    from gnnpipe.runtime.workerenv import _worker_config, lean_allocator
+
+    spawn = "distributed.nanny.pre-spawn-environ."
+    lean = {spawn + k: v for k, v in LEAN_ALLOCATOR.items()}
+    config = _worker_config(1)
+    if transparent_huge_pages():
+        assert lean.items() <= config.items()
+    else:
+        assert not set(lean) & set(config)
+    monkeypatch.setenv("GNNPIPE_ALLOCATOR", "glibc")
+    assert lean_allocator() == {}
+    assert not set(lean) & set(_worker_config(1))

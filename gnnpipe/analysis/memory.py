@@ -1,0 +1,268 @@
+"""Predicted peak memory of every rank of a job, itemised, with no training and no cluster.
+
+Each rank's peak is the sum of what it holds for the whole run and the larger of what a training
+epoch and an evaluation add on top (docs/design.md §5, "Memory per rank"):
+
+- fixed: ``parameters`` (weights where the rank copies them, gradients, Adam's two moments),
+  ``features`` (the reordered copy of the graph a one-process chunked run makes), ``adjacency``
+  (``Â`` and ``Âᵀ`` as CSR, the chunks' compacted row blocks or a partition's local rows),
+  ``history`` (``Hbuf``, its snapshot and ``dZbuf`` of the rank's aggregating blocks) and
+  ``recompute_cache`` (the aggregation outputs ``recompute=True`` keeps), and ``runtime`` (what
+  the engine's objects and, on a rank, the process group add: a measured constant);
+- training: ``stash`` (what every chunk's forward keeps until its backward: fill-drain runs every
+  forward first), ``working`` (the temporaries of one chunk's forward and backward, the gathered
+  rows of a product) and ``communication`` (receive buffers, halo rows);
+- ``evaluation``: a no-grad forward of the rank's blocks on its whole graph.
+
+``peak_bytes = fixed + max(stash + working + communication, evaluation)``. The per-row costs of
+the model's blocks are measured on a small graph shaped like the user's
+(:func:`~gnnpipe.analysis.footprint.footprint`, live tensors counted, so the allocator does not
+enter); the graph's sizes (rows per chunk and rank, edges, halo rows) are the real ones.
+
+What it predicts is what a run **needs**. A process's resident peak (``run.memory()``) equals it
+when freed tensors go back to the OS: always above glibc's largest mmap threshold (32 MiB, a
+131,072 × 64 float32 tensor) and at every size with ``MALLOC_MMAP_THRESHOLD_`` set low, as the
+Dask workers gnnpipe starts have it (:mod:`gnnpipe.runtime.workerenv`). Below it glibc keeps
+freed blocks in its heap and a one-process run at 50,000-130,000 nodes can hold up to 4× more.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from gnnpipe.analysis.footprint import Footprint, footprint, probe_graph
+from gnnpipe.core.job import TrainConfig
+from gnnpipe.core.kinds import Mode
+from gnnpipe.engine.buffers import torch_dtype
+from gnnpipe.engine.graph import Adjacency, chunk_rows, normalized_adjacency
+from gnnpipe.engine.probe import probe_calls
+from gnnpipe.nn import LayerStack
+from gnnpipe.partition import chunk, partition
+
+__all__ = ["FIXED_ITEMS", "ITEMS", "RUNTIME_BYTES", "estimate"]
+
+#: Items held for the whole run.
+FIXED_ITEMS = ("parameters", "features", "adjacency", "history", "recompute_cache", "runtime")
+#: Every column of :func:`estimate`'s frame before ``peak_bytes``.
+ITEMS = (*FIXED_ITEMS, "stash", "working", "communication", "evaluation")
+#: Bytes the engine's own objects add besides tensors (Python objects, autograd's graph nodes,
+#: tqdm), measured at 2,000-300,000 nodes; a rank adds its process group's buffers.
+RUNTIME_BYTES = {"process": 8 << 20, "rank": 24 << 20}
+
+
+@dataclass(frozen=True)
+class _Rank:
+    """One rank's share: its block range, the rows it trains (as chunks) and how it holds
+    the graph."""
+
+    rank: int
+    stage: int
+    start: int
+    stop: int
+    chunk_rows: tuple[int, ...]  # rows of each chunk it trains in an epoch
+    full_graph: bool  # history buffers span the whole graph (chunked modes)
+
+
+def estimate(model: LayerStack, data: Data, job: TrainConfig) -> pd.DataFrame:
+    """One row per rank of ``job`` (a parsed :class:`~gnnpipe.core.job.TrainConfig`) on
+    ``data``: the items of the module docstring and ``peak_bytes``, in bytes."""
+    probe = probe_graph(data, seed=job.seed)
+    history = torch_dtype(job.history_dtype)
+    cache: dict[tuple[int, int, bool], Footprint] = {}
+
+    def measured(start: int, stop: int, chunked: bool) -> Footprint:
+        key = (start, stop, chunked)
+        if key not in cache:
+            cache[key] = footprint(model, probe, start, stop, chunked=chunked,
+                                   techniques=job.techniques, recompute=job.recompute,
+                                   history_dtype=history)
+        return cache[key]
+
+    if job.mode is Mode.SINGLE:
+        rows = [_single(model, data, measured(0, len(model), False))]
+    elif job.mode is Mode.GRAPH:
+        rows = _graph_rows(model, data, job, measured)
+    else:
+        rows = _chunked_rows(model, data, job, measured)
+    frame = pd.DataFrame(rows).fillna(0)
+    for item in ITEMS:
+        if item not in frame:
+            frame[item] = 0
+    frame = frame[["rank", "stage", *ITEMS]].astype("int64")
+    frame["peak_bytes"] = frame[list(FIXED_ITEMS)].sum(axis=1) + frame[
+        ["stash", "working", "communication"]].sum(axis=1).combine(frame["evaluation"], max)
+    return frame.set_index("rank")
+
+
+def _param_bytes(model: LayerStack, start: int, stop: int, copies: int) -> int:
+    """Weights (``copies``: 1 where the rank has its own copy), gradients and Adam's moments."""
+    values = sum(p.numel() * p.element_size() for b in model.blocks[start:stop]
+                 for p in b.parameters())
+    return values * (3 + copies)
+
+
+def _tensor_bytes(tensors: Sequence[Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (views of one storage count once)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        s = t.untyped_storage()
+        seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
+
+
+def _csr_parts(m: Tensor) -> list[Tensor]:
+    return [m.crow_indices(), m.col_indices(), m.values()]
+
+
+def _adjacency_bytes(adj: Adjacency, bounds: list[int] | None) -> int:
+    """``Â`` and ``Âᵀ``, and with ``bounds`` the chunks' row blocks built from them (the views
+    cost nothing, the compacted column indices do)."""
+    tensors = _csr_parts(adj.A) + _csr_parts(adj.AT)
+    if bounds is not None:
+        for rows in chunk_rows(adj, bounds):
+            for block in (rows.A, rows.AT):
+                tensors += _csr_parts(block.csr) + ([block.cols] if block.cols is not None else [])
+    return _tensor_bytes(tensors)
+
+
+def _gather_bytes(adj: Adjacency, bounds: list[int], widths: Sequence[int]) -> int:
+    """The gather space of a CPU stage: per width its products read, as tall as the most
+    columns a chunk's rows of ``Â`` or ``Âᵀ`` read."""
+    if adj.A.device.type != "cpu" or not widths:
+        return 0
+    tallest = max(int(b.cols.numel()) if b.cols is not None else adj.num_nodes
+                  for rows in chunk_rows(adj, bounds) for b in (rows.A, rows.AT))
+    return tallest * sum(set(widths)) * 4
+
+
+def _single(model: LayerStack, data: Data, fp: Footprint) -> dict[str, int]:
+    """``single``: the adjacency, and the whole graph trained as one chunk."""
+    adj = normalized_adjacency(data.edge_index, data.num_nodes, model.norm)
+    n = data.num_nodes
+    return {"rank": 0, "stage": 0, "parameters": _param_bytes(model, 0, len(model), 0),
+            "adjacency": _adjacency_bytes(adj, None), "runtime": RUNTIME_BYTES["process"],
+            "stash": math.ceil(fp.stash * n), "working": math.ceil((fp.chunk_peak - fp.stash) * n),
+            "evaluation": math.ceil(fp.eval_peak * n)}
+
+
+def _graph_rows(model: LayerStack, data: Data, job: TrainConfig,
+                measured: Callable[[int, int, bool], Footprint]) -> list[dict[str, int]]:
+    """``graph``: each rank's partition rows trained exactly, its local adjacency over them and
+    its halo, the halo rows it receives at every aggregation (and which its message-passing
+    layers run on besides its own)."""
+    parts = partition(data, job.parts, method="metis", seed=job.seed)
+    ordered = parts.apply(data)
+    full = normalized_adjacency(ordered.edge_index, ordered.num_nodes, model.norm)
+    bounds = parts.bounds.tolist()
+    width = max(b.out_dim for b in model.blocks)
+    fp = measured(0, len(model), False)
+    calls = probe_calls(model.blocks, model.blocks[0].in_dim)
+    passing = measured(0, len(model), True) if any(  # per source row outside: the halo here
+        c.message_passing for block in calls for c in block) else fp
+    out = []
+    for p, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        local = full.rows(lo, hi).A
+        cols = local.col_indices()
+        halo = int(torch.unique(cols[(cols < lo) | (cols >= hi)]).numel())
+        nnz, rows = int(cols.numel()), hi - lo
+        graphs, _ = _message_passing(model, 0, len(model), [halo], nnz, job)
+        out.append({"rank": p, "stage": 0, "parameters": _param_bytes(model, 0, len(model), 1),
+                    "adjacency": 2 * (nnz * 8 + (rows + halo + 1) * 4) + graphs,
+                    "communication": 2 * (halo + rows) * width * 4,
+                    "runtime": RUNTIME_BYTES["rank"],
+                    "stash": math.ceil(fp.stash * rows + passing.per_source_stash * halo),
+                    "working": math.ceil((fp.chunk_peak - fp.stash) * rows
+                                         + (passing.per_source_peak
+                                            - passing.per_source_stash) * halo),
+                    "evaluation": math.ceil(fp.eval_peak * rows)})
+    return out
+
+
+def _sources_outside(edge_index: Tensor, bounds: list[int]) -> list[int]:
+    """Per chunk, the distinct sources outside it of the edges into it: the rows a chunk's
+    message-passing layers read besides its own (and push gradients to)."""
+    src, dst = edge_index
+    return [int(torch.unique(src[(dst >= lo) & (dst < hi) & ((src < lo) | (src >= hi))]).numel())
+            for lo, hi in itertools.pairwise(bounds)]
+
+
+def _message_passing(model: LayerStack, start: int, stop: int, sources: Sequence[int],
+                     edges: int, job: TrainConfig) -> tuple[int, int]:
+    """Blocks ``start:stop``'s message-passing state: the local graphs of every chunk (edges
+    and other sources as indices) and, with unbiased gradients off, each chunk's last push to
+    its other sources (float32, kept across epochs); ``(0, 0)`` without message passing."""
+    calls = [c for block in probe_calls(model.blocks, model.blocks[0].in_dim)[start:stop]
+             for c in block if c.message_passing]
+    if not calls:
+        return 0, 0
+    graphs = 2 * edges * 8 + sum(sources) * 8
+    kept = 0 if job.techniques.unbiased_grad else sum(
+        c.width * 4 for c in calls if c.needs_grad) * sum(sources)
+    return graphs, kept
+
+
+def _chunked_rows(model: LayerStack, data: Data, job: TrainConfig,
+                  measured: Callable[[int, int, bool], Footprint]) -> list[dict[str, int]]:
+    """``local`` (one row), ``pipeline`` and ``hybrid`` (a row per rank): full-graph buffers,
+    every chunk of the rank's epoch stashed, one chunk's temporaries, boundary receive
+    buffers."""
+    chunking = chunk(data, job.chunks, seed=job.seed, parts_per_chunk=job.parts_per_chunk)
+    ordered = chunking.apply(data)
+    bounds = chunking.bounds.tolist()
+    n = data.num_nodes
+    sizes = [b - a for a, b in itertools.pairwise(bounds)]
+    adj = normalized_adjacency(ordered.edge_index, n, model.norm)
+    adjacency = _adjacency_bytes(adj, bounds)
+    per_way = math.ceil(len(sizes) / job.ways)
+    rows_trained = sum(sorted(sizes)[-per_way:]) if job.ways > 1 else n
+    tallest = max(sizes)
+    widths = [b.out_dim for b in model.blocks if b.aggregates]
+    gather = _gather_bytes(adj, bounds, widths)
+    fps = [measured(a, b, True) for a, b in job.ranges]
+    sources = _sources_outside(ordered.edge_index, bounds) if any(
+        fp.per_source_stash or fp.per_source_peak for fp in fps) else [0] * len(sizes)
+    share = rows_trained / n  # of the chunks' other sources, those of the rank's chunks
+    wire = job.wire_dtype.itemsize
+    stages = []
+    for s, ((a, b), fp) in enumerate(zip(job.ranges, fps)):
+        graphs, pushes = _message_passing(model, a, b, sources, ordered.edge_index.size(1), job)
+        # the received inputs, kept as the stage's leaves; in one process they are the stage
+        # before's outputs, stashed there unless it recomputes
+        shared = job.mode is Mode.LOCAL and not job.recompute
+        inputs = 0 if shared else fp.inputs * rows_trained
+        stages.append({
+            "stage": s, "parameters": _param_bytes(model, a, b, 0 if job.mode is Mode.LOCAL else 1),
+            "history": math.ceil(fp.buffers * n) + pushes,
+            "recompute_cache": math.ceil(fp.cache * n), "graphs": graphs,
+            "stash": math.ceil(fp.stash * rows_trained + inputs
+                               + fp.per_source_stash * sum(sources) * share),
+            "working": math.ceil((fp.chunk_peak - fp.stash) * tallest + gather
+                                 + (fp.per_source_peak - fp.per_source_stash) * max(sources)),
+            # the next chunk's inputs received (in the wire's dtype, then as float32) while
+            # this one computes; their gradients sent back
+            "communication": math.ceil(fp.inputs * tallest * (2 + wire / 4)),
+            "evaluation": math.ceil((fp.eval_peak + fp.inputs) * n)})
+    if job.mode is Mode.LOCAL:
+        features = _tensor_bytes([ordered.x, ordered.y, ordered.edge_index, ordered.train_mask,
+                                  ordered.val_mask, ordered.test_mask])
+        total = {k: sum(st[k] for st in stages) for k in ("parameters", "history",
+                                                          "recompute_cache", "stash", "graphs")}
+        graphs = total.pop("graphs")
+        return [{"rank": 0, "stage": 0, **total, "features": features,
+                 "adjacency": adjacency + graphs,
+                 "working": max(st["working"] for st in stages),
+                 "evaluation": max(st["evaluation"] for st in stages),
+                 "runtime": RUNTIME_BYTES["process"]}]
+    return [{"rank": w * job.stages + st["stage"], **st,
+             "adjacency": adjacency + st["graphs"],
+             "communication": 0 if st["stage"] == 0 else st["communication"],
+             "runtime": RUNTIME_BYTES["rank"]}
+            for w in range(job.ways) for st in stages]
