@@ -3,23 +3,23 @@ allocator costs and saves.
 
 Every case is a model on a graph in one mode and layout; it runs in a fresh child process that
 first estimates every rank's peak (``gp.estimate_memory``, timed), then trains 2 epochs
-(evaluating after the second) and reads ``run.memory()``. One-process modes run in the child with
-the ranks' allocator settings (``LEAN_ALLOCATOR``: freed tensors go back to the OS), so that all
-modes are measured alike; distributed modes start their own Dask workers, which get them.
+(evaluating after the second) and reads ``run.memory()``. Every process — the child and the Dask
+workers it starts — uses the lean allocator (``GNNPIPE_ALLOCATOR=lean``: freed tensors go back
+to the OS), whose resident peak is what the run needs, the quantity the estimate predicts.
 
 Models: GCNII (hidden 64), a custom PyG ``MessagePassing`` stack (mean aggregation, linear,
 residual: the layer of issue #24's new-user trial) and a PyG ``GAT`` (hidden 64, 2 heads), on
 synthetic graphs (average degree 10, 64 features, 8 classes) and Facebook. One torch thread per
 process.
 
-A second table (``--allocator``) times the same pipeline with glibc's defaults in its workers
-(``GNNPIPE_ALLOCATOR=glibc``) and with the lean settings, side by side in one run: per-rank peak
-and median epoch time.
+A second table (``--allocator``) runs one pipeline with each
+:class:`~gnnpipe.runtime.workerenv.Allocator` in its workers (``glibc``, ``huge``, ``lean``),
+alternating, twice: per-rank peak and median epoch time.
 
 Run (from the repository root)::
 
     .venv/bin/python benchmarks/memory_estimate.py              # the grid (~40 min)
-    .venv/bin/python benchmarks/memory_estimate.py --allocator  # the allocator table (~10 min)
+    .venv/bin/python benchmarks/memory_estimate.py --allocator  # the allocator table (~15 min)
     .venv/bin/python benchmarks/memory_estimate.py --quick      # smoke test, writes nothing
 
 Writes ``benchmarks/results/memory_estimate.{json,md}`` (or ``memory_allocator.*``).
@@ -43,7 +43,6 @@ from _common import (
     write_results,
 )
 
-LEAN = {"MALLOC_MMAP_THRESHOLD_": "1048576", "THP_MEM_ALLOC_ENABLE": "1"}
 #: (model, graph, mode, layout) of the grid
 GRID: list[tuple[str, str, str, dict[str, Any]]] = [
     *[(m, g, mode, lay) for m, g in (("gcnii32", "syn50k"), ("gcnii32", "syn200k"),
@@ -127,6 +126,13 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
                       for r in measured.index]}
 
 
+def _environ(allocator: str) -> dict[str, str]:
+    """A child's environment with ``allocator`` for itself and the workers it starts."""
+    from gnnpipe.runtime.workerenv import Allocator
+
+    return {**Allocator(allocator).environ(), "GNNPIPE_ALLOCATOR": allocator}
+
+
 def _layout(lay: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in lay.items()) or "-"
 
@@ -135,7 +141,7 @@ def markdown(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
     lines = ["# Estimated against measured peak memory per rank", "",
              (f"{env['date']} · torch {env['torch']} · 1 thread per process · {env['cpu']} "
               f"({env['cpu_count']} CPUs, shared) · 2 epochs, evaluation after the second · "
-              "ranks' allocator (freed tensors unmapped) in every mode"), "",
+              "the lean allocator (freed tensors unmapped) in every process"), "",
              ("| model | graph | nodes | mode | layout | rank | estimated MiB | measured MiB | "
               "estimated ÷ measured | estimate s | epoch s |"),
              "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -187,7 +193,7 @@ def main() -> None:
         cfg = {"model": "gcnii4" if args.quick else model,
                "graph": "syn5k" if args.quick else graph, "mode": mode, "layout": layout,
                "epochs": args.epochs}
-        rows.append(run_child(__file__, cfg, env=LEAN if mode in ("single", "local") else None))
+        rows.append(run_child(__file__, cfg, env=_environ("lean")))
         for k in rows[-1]["ranks"]:
             print(f"{model:8s} {graph:9s} {mode:8s} {_layout(layout):40s} rank {k['rank']}: "
                   f"estimated {k['estimated'] / 2**20:8.0f} MiB, measured "
@@ -205,14 +211,15 @@ def main() -> None:
 
 def _allocator_table(args: argparse.Namespace, env: dict[str, Any], start: float,
                      out: Any) -> None:
-    """Pipeline 2 × 8 with glibc's defaults and with the lean settings, alternating."""
+    """Pipeline 2 × 8 with each allocator in its workers, alternating."""
     cfg = {"model": "gcnii8", "graph": "syn5k" if args.quick else "syn100k", "mode": "pipeline",
            "layout": {"stages": 2, "chunks": 8}, "epochs": 3 if args.quick else 8,
            "allocator": True}
     rows = []
     for repeat in range(1 if args.quick else 2):
-        for name, variables in (("glibc", {"GNNPIPE_ALLOCATOR": "glibc"}), ("lean", {})):
-            rows.append({**run_child(__file__, cfg, env=variables), "allocator": name,
+        for name in ("glibc", "huge", "lean"):
+            rows.append({**run_child(__file__, cfg, env={"GNNPIPE_ALLOCATOR": name}),
+                         "allocator": name,
                          "repeat": repeat})
             print(f"{name:6s} epoch {rows[-1]['epoch_s']:.3f} s, peaks "
                   f"{[round(p / 2**20) for p in rows[-1]['peaks']]} MiB", flush=True)
@@ -220,8 +227,7 @@ def _allocator_table(args: argparse.Namespace, env: dict[str, Any], start: float
     if out is not None:
         import pandas as pd
 
-        lines = [("# The ranks' allocator: glibc's defaults against freed tensors unmapped in "
-                  "huge pages"), "",
+        lines = ["# The ranks' allocator: glibc's defaults, huge pages, freed tensors unmapped", "",
                  (f"{env['date']} · GCNII-8, hidden 64, 100,000 nodes, pipeline 2 × 8, 1 thread "
                   f"per rank · {env['cpu']} ({env['cpu_count']} CPUs, shared)"), "",
                  "| allocator | repeat | median epoch s | peak MiB per rank |", "|---|---:|---:|---|"]

@@ -18,25 +18,20 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import dask
 from distributed import Nanny
 
-__all__ = ["COSTS", "LEAN_ALLOCATOR", "MALLOC_VAR", "RankNanny", "WorkerEnvironment", "check_workers",
-           "inspect_worker", "lean_allocator", "rank_environment", "transparent_huge_pages"]
+__all__ = ["COSTS", "MALLOC_VAR", "Allocator", "RankNanny", "WorkerEnvironment", "check_workers",
+           "inspect_worker", "rank_environment", "transparent_huge_pages"]
 
 logger = logging.getLogger(__name__)
 
 MALLOC_VAR = "MALLOC_TRIM_THRESHOLD_"
 _DASK_MALLOC_DEFAULT = "65536"  # distributed.nanny.pre-spawn-environ's value
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-#: A rank's allocator: tensors above 1 MiB mapped afresh and handed back to the OS when freed
-#: (glibc otherwise raises its threshold to 32 MiB as large blocks are freed and keeps them in a
-#: heap that fragments: a rank then holds up to 4x what it uses, and what it holds depends on
-#: the graph's size), in 2 MiB pages (torch's ``THP_MEM_ALLOC_ENABLE``), so that mapping them
-#: costs no more page faults than the heap. Measured in ``benchmarks/allocator.py``.
-LEAN_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "1048576", "THP_MEM_ALLOC_ENABLE": "1"}
 #: Measured slow-down of torch's CPU compute in a rank, per setting (see the module docstring).
 COSTS = {
     MALLOC_VAR: "measured 1.8x slower torch compute (glibc then mmaps every tensor above 128 KiB)",
@@ -55,23 +50,58 @@ def transparent_huge_pages() -> bool:
         return False
 
 
-def lean_allocator() -> dict[str, str]:
-    """The allocator settings of the ranks gnnpipe starts (:data:`LEAN_ALLOCATOR`), or none
-    where the kernel has no transparent huge pages (every tensor's pages would then fault in
-    one by one) or ``GNNPIPE_ALLOCATOR=glibc`` asks for glibc's defaults."""
-    if os.environ.get("GNNPIPE_ALLOCATOR", "lean") == "glibc" or not transparent_huge_pages():
-        return {}
-    return dict(LEAN_ALLOCATOR)
+class Allocator(str, Enum):
+    """How the ranks gnnpipe starts allocate CPU memory, chosen by ``GNNPIPE_ALLOCATOR``
+    (default: ``huge``). Measured in ``benchmarks/memory_estimate.py --allocator`` (GCNII-8,
+    100,000 nodes, pipeline 2 × 8, 2 ranks on 2 cores: epoch time, peak per rank):
+
+    - ``glibc``: glibc's defaults (1.47 s, 0.93-1.08 GiB): its mmap threshold rises to 32 MiB
+      as large blocks are freed, so chunk- and graph-sized tensors live in a heap that fragments;
+    - ``huge``: torch's 2 MiB pages for tensors above 2 MiB (``THP_MEM_ALLOC_ENABLE=1``; 1.32 s,
+      0.74-0.77 GiB): fewer page faults and TLB misses, and a heap that holds less;
+    - ``lean``: also every block above 1 MiB mapped afresh and unmapped when freed
+      (``MALLOC_MMAP_THRESHOLD_=1048576``; 2.17 s, 0.55 GiB): a rank holds what it uses, as
+      ``gp.estimate_memory`` predicts it, at 1.5× the epoch time (its pages fault in anew).
+
+    Huge pages are asked for only where the kernel has them (:func:`transparent_huge_pages`).
+    """
+
+    GLIBC = "glibc"
+    HUGE = "huge"
+    LEAN = "lean"
+
+    @classmethod
+    def chosen(cls) -> Allocator:
+        """The allocator ``GNNPIPE_ALLOCATOR`` names (``huge`` when unset)."""
+        value = os.environ.get("GNNPIPE_ALLOCATOR", cls.HUGE.value)
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"GNNPIPE_ALLOCATOR: expected one of "
+                             f"{[a.value for a in cls]}, got {value!r}") from None
+
+    def environ(self) -> dict[str, str]:
+        """The environment variables that select it in a new process."""
+        env = {}
+        if self is Allocator.LEAN:
+            env["MALLOC_MMAP_THRESHOLD_"] = "1048576"
+        if self is not Allocator.GLIBC and transparent_huge_pages():
+            env["THP_MEM_ALLOC_ENABLE"] = "1"
+        return env
+
+
+#: Every variable an :class:`Allocator` sets, with its value.
+_ALLOCATOR_VARS = {"MALLOC_MMAP_THRESHOLD_": "1048576", "THP_MEM_ALLOC_ENABLE": "1"}
 
 
 def _worker_config(threads: int) -> dict[str, Any]:
     """Dask config for the workers gnnpipe starts: no trim threshold, no statistical profiler,
-    ``threads`` OpenMP/MKL/OpenBLAS threads (torch's intra-op pool) per rank, and
-    :func:`lean_allocator`'s settings."""
+    ``threads`` OpenMP/MKL/OpenBLAS threads (torch's intra-op pool) per rank, and the
+    :class:`Allocator` ``GNNPIPE_ALLOCATOR`` names."""
     env = "distributed.nanny.pre-spawn-environ"
     return {f"{env}.{MALLOC_VAR}": None, "distributed.worker.profile.enabled": False,
             **{f"{env}.{var}": threads for var in _THREAD_VARS},
-            **{f"{env}.{var}": value for var, value in lean_allocator().items()}}
+            **{f"{env}.{var}": value for var, value in Allocator.chosen().environ().items()}}
 
 
 def _initial_environ() -> dict[str, str] | None:
@@ -88,11 +118,11 @@ def _initial_environ() -> dict[str, str] | None:
 def _drop_leaked_malloc_setting() -> None:
     """Remove the allocator settings that an earlier Dask nanny in this process put into
     ``os.environ`` (it does so before spawning, and children inherit it): Dask's trim threshold
-    and :data:`LEAN_ALLOCATOR`; a value the user set when starting the process is left alone."""
+    and an :class:`Allocator`'s; a value the user set when starting the process is left alone."""
     initial = _initial_environ()
     if initial is None:
         return
-    for var, value in ((MALLOC_VAR, _DASK_MALLOC_DEFAULT), *LEAN_ALLOCATOR.items()):
+    for var, value in ((MALLOC_VAR, _DASK_MALLOC_DEFAULT), *_ALLOCATOR_VARS.items()):
         if os.environ.get(var) == value and var not in initial:
             del os.environ[var]
             logger.debug("removed %s=%s left in os.environ by a Dask nanny", var, value)
@@ -139,8 +169,8 @@ class WorkerEnvironment:
 
     malloc_trim_threshold: str | None
     profiler: bool
-    #: the worker holds what it uses: :data:`LEAN_ALLOCATOR`'s settings are in its environment
-    lean_allocator: bool
+    #: the :class:`Allocator` its environment selects (None: settings of its own)
+    allocator: str | None
     torch_threads: int
     omp_threads: str | None
 
@@ -167,7 +197,8 @@ def inspect_worker() -> dict[str, Any]:
 
     return {"malloc_trim_threshold": os.environ.get(MALLOC_VAR),
             "profiler": bool(dask.config.get("distributed.worker.profile.enabled", True)),
-            "lean_allocator": all(os.environ.get(k) == v for k, v in LEAN_ALLOCATOR.items()),
+            "allocator": next((a.value for a in Allocator if all(
+                os.environ.get(k) == a.environ().get(k) for k in _ALLOCATOR_VARS)), None),
             "torch_threads": torch.get_num_threads(),
             "omp_threads": os.environ.get("OMP_NUM_THREADS")}
 

@@ -14,8 +14,8 @@ from failing_blocks import check_subnormals
 import gnnpipe as gp
 from gnnpipe.analysis.efficiency import CLASSES
 from gnnpipe.runtime.workerenv import (
-    LEAN_ALLOCATOR,
     MALLOC_VAR,
+    Allocator,
     _initial_environ,
     check_workers,
     inspect_worker,
@@ -46,10 +46,10 @@ def test_dask_defaults_are_named_then_gnnpipe_workers_are_clean(caplog, small_gr
         env = cluster.client.run(inspect_worker)
         (worker,) = env.values()
         assert worker == {"malloc_trim_threshold": None, "profiler": False,
-                          "lean_allocator": transparent_huge_pages(),
+                          "allocator": "huge" if transparent_huge_pages() else "glibc",
                           "torch_threads": worker["torch_threads"], "omp_threads": "2"}
         assert not any(os.environ.get(k) == v and k not in initial
-                       for k, v in LEAN_ALLOCATOR.items())  # not left in this process
+                       for k, v in Allocator.LEAN.environ().items())  # not left here
         assert check_workers(cluster.client, cluster.workers(), threads=2) == {}
 
 
@@ -135,18 +135,22 @@ def test_ranks_and_one_process_modes_flush_subnormals(cluster, small_graph) -> N
         assert len(run.history) == 2, mode
 
 
-def test_ranks_get_the_lean_allocator_unless_asked_for_glibcs(monkeypatch) -> None:
-    """The workers gnnpipe starts hand freed tensors back (where the kernel has huge pages);
-    ``GNNPIPE_ALLOCATOR=glibc`` keeps glibc's defaults."""
-    from gnnpipe.runtime.workerenv import _worker_config, lean_allocator
+def test_ranks_allocator_is_chosen_by_gnnpipe_allocator(monkeypatch) -> None:
+    """The workers gnnpipe starts use 2 MiB pages (where the kernel has them);
+    ``GNNPIPE_ALLOCATOR`` picks glibc's defaults or the lean allocator; a bad name is named."""
+    from gnnpipe.runtime.workerenv import _worker_config
 
     spawn = "distributed.nanny.pre-spawn-environ."
-    lean = {spawn + k: v for k, v in LEAN_ALLOCATOR.items()}
-    config = _worker_config(1)
-    if transparent_huge_pages():
-        assert lean.items() <= config.items()
-    else:
-        assert not set(lean) & set(config)
+    thp = transparent_huge_pages()
+    monkeypatch.delenv("GNNPIPE_ALLOCATOR", raising=False)
+    assert (_worker_config(1).get(spawn + "THP_MEM_ALLOC_ENABLE") == "1") == thp
+    assert spawn + "MALLOC_MMAP_THRESHOLD_" not in _worker_config(1)
+    monkeypatch.setenv("GNNPIPE_ALLOCATOR", "lean")
+    assert _worker_config(1)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "glibc")
-    assert lean_allocator() == {}
-    assert not set(lean) & set(_worker_config(1))
+    assert Allocator.chosen().environ() == {}
+    assert not any(k.startswith(spawn + "MALLOC_MMAP") or k.endswith("THP_MEM_ALLOC_ENABLE")
+                   for k in _worker_config(1))
+    monkeypatch.setenv("GNNPIPE_ALLOCATOR", "jemalloc")
+    with pytest.raises(ValueError, match="GNNPIPE_ALLOCATOR: expected one of"):
+        _worker_config(1)
