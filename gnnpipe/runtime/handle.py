@@ -13,16 +13,15 @@ from distributed import Event
 
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.analysis import efficiency as eff
-from gnnpipe.core.job import TrainConfig
-from gnnpipe.core.kinds import Mode, Precision
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.core.units import format_bytes
 from gnnpipe.run import RunResults, events_frame, history_from, memory_from
+from gnnpipe.runtime.advice import memory_advice
 from gnnpipe.runtime.cluster import Cluster
 from gnnpipe.runtime.launch import FailureKind, RankFailure, launch
 from gnnpipe.runtime.spec import JobSpec, RankResult
 
-__all__ = ["DistributedRun", "leaner_options"]
+__all__ = ["DistributedRun"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,17 +57,6 @@ def _stop_at_exit() -> None:
 # Private but kept since Python 3.9 for the same need (concurrent.futures joins its workers
 # with it); without it the non-daemon threads still end before finalization, only later.
 getattr(threading, "_register_atexit", lambda _: None)(_stop_at_exit)
-
-
-def leaner_options(job: TrainConfig) -> str:
-    """What ``job`` could change to need less memory per rank, as ``gp.train`` arguments."""
-    if job.mode is Mode.GRAPH:
-        return f"parts={job.parts + 1} or more (each rank holds 1/parts of the graph)"
-    options = [] if job.recompute else ["recompute=True"]
-    if job.history_dtype is Precision.FLOAT32:
-        options.append("history_dtype=torch.bfloat16")
-    options += [f"chunks={2 * job.chunks}", f"stages={job.stages + 1}"]
-    return ", ".join(options)
 
 
 class DistributedRun(RunResults):
@@ -245,8 +233,12 @@ class DistributedRun(RunResults):
             held = int(last["peak_bytes"]) + int(last["baseline_bytes"])
             parts.append(f"by epoch {last['epoch']} the rank's process held up to "
                          f"{format_bytes(held)}")
-        parts.append(f"if it ran out of memory, these need less per rank: "
-                     f"{leaner_options(self.config)}")
+        with self._lock:  # what a rank's process held before its run (any rank's: alike)
+            baselines = [int(r["baseline_bytes"]) for r in self._live if "baseline_bytes" in r]
+        room = (int(0.95 * failure.memory_limit) - max(baselines)
+                if failure.memory_limit and baselines else None)
+        parts.append("if it ran out of memory: " + memory_advice(
+            self._model, self.data, self.config, failure.rank, room))
         return RankFailure(failure.rank, "; ".join(parts), failure.kind, failure.memory_limit)
 
     def _begin(self, number: int, manifest: ckpt.Manifest | None,

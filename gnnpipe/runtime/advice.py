@@ -1,0 +1,65 @@
+"""What a run that ran out of memory could change, with the memory model's estimate of each."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from torch_geometric.data import Data
+
+from gnnpipe.analysis.memory import estimate
+from gnnpipe.core.job import TrainConfig
+from gnnpipe.core.kinds import Mode, Precision
+from gnnpipe.core.units import format_bytes
+from gnnpipe.engine.local import stage_ranges
+from gnnpipe.nn import LayerStack
+from gnnpipe.runtime.workerenv import Allocator
+
+__all__ = ["leaner_options", "memory_advice"]
+
+logger = logging.getLogger(__name__)
+
+
+def leaner_options(job: TrainConfig, blocks: int) -> list[tuple[str, dict[str, Any]]]:
+    """What ``job`` could change to need less memory per rank: ``gp.train`` arguments as text,
+    and the :class:`~gnnpipe.core.job.TrainConfig` fields they change (``blocks``: the model's,
+    which bound the stages)."""
+    if job.mode is Mode.GRAPH:
+        return [(f"parts={job.parts + 1}", {"parts": job.parts + 1})]
+    options: list[tuple[str, dict[str, Any]]] = []
+    if not job.recompute:
+        options.append(("recompute=True", {"recompute": True}))
+    if job.history_dtype is Precision.FLOAT32:
+        options.append(("history_dtype=torch.bfloat16", {"history_dtype": Precision.BFLOAT16}))
+    options.append((f"chunks={2 * job.chunks}", {"chunks": 2 * job.chunks}))
+    if job.stages < blocks:
+        stages = job.stages + 1
+        options.append((f"stages={stages}", {"stages": stages,
+                                             "ranges": tuple(stage_ranges(blocks, stages))}))
+    return options
+
+
+def memory_advice(model: LayerStack, data: Data, job: TrainConfig, rank: int,
+                  room: int | None) -> str:
+    """For a rank that died: ``gp.estimate_memory``'s need for it, and each leaner option with
+    its need, marked where it fits in ``room`` (bytes the rank may add to its process; None:
+    unknown). Any option estimated larger than the limit is still named."""
+    try:
+        need = int(estimate(model, data, job).loc[rank, "peak_bytes"])
+        rows = []
+        for text, changes in leaner_options(job, len(model)):
+            changed = dataclasses.replace(job, **changes)
+            peak = int(estimate(model, data, changed)["peak_bytes"].max())
+            fits = "" if room is None else (", fits" if peak <= room else ", does not fit")
+            rows.append(f"{text} ({format_bytes(peak)}{fits})")
+    except Exception:  # the advice must never hide the failure it explains
+        logger.exception("estimating memory for the failure message")
+        return "these need less per rank: " + ", ".join(
+            text for text, _ in leaner_options(job, len(model)))
+    where = "" if room is None else f" of the {format_bytes(room)} it had"
+    lines = [f"gp.estimate_memory puts rank {rank}'s need at {format_bytes(need)}{where}",
+             "these need less per rank (the most any rank needs): " + ", ".join(rows)]
+    if Allocator.chosen() is not Allocator.LEAN:
+        lines.append("GNNPIPE_ALLOCATOR=lean makes a rank hold only what it uses")
+    return "; ".join(lines)
