@@ -108,3 +108,23 @@ def test_estimate_is_within_15_percent_of_the_measured_peak(tmp_path, model, mod
     assert len(pairs) == (2 if mode in ("pipeline", "graph") else 1)
     for estimated, measured in pairs:
         assert abs(estimated / measured - 1) <= 0.15, (estimated, measured)
+
+
+def test_the_planner_splits_and_reports_with_the_memory_model(small_graph):
+    """gp.plan's per-stage memory is the estimate of the layout it chose, and a memory limit
+    moves the boundaries so that every stage's estimate fits (or names the smallest that does)."""
+    from gnnpipe.plan.profile import profile_model
+
+    model = gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=6)
+    profile = profile_model(model, small_graph, chunks=4, repeats=1)
+    free = gp.plan(model, small_graph, workers=2, profile=profile, chunks=4)
+    est = gp.estimate_memory(model, small_graph, "pipeline", plan=free)["peak_bytes"]
+    assert free.memory == tuple(int(m) for m in est)
+    limit = max(free.memory) - 1
+    try:
+        capped = gp.plan(model, small_graph, workers=2, profile=profile, chunks=4,
+                         memory_limit=limit)
+    except ValueError as err:
+        assert "smallest memory limit that fits is" in str(err)
+    else:
+        assert capped.ranges != free.ranges and max(capped.memory) <= limit

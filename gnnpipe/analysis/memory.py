@@ -28,6 +28,7 @@ freed blocks in its heap and a one-process run at 50,000-130,000 nodes can hold 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -47,7 +48,7 @@ from gnnpipe.engine.probe import probe_calls
 from gnnpipe.nn import LayerStack
 from gnnpipe.partition import chunk, partition
 
-__all__ = ["FIXED_ITEMS", "ITEMS", "RUNTIME_BYTES", "estimate"]
+__all__ = ["FIXED_ITEMS", "ITEMS", "RUNTIME_BYTES", "block_costs", "estimate"]
 
 #: Items held for the whole run.
 FIXED_ITEMS = ("parameters", "features", "adjacency", "history", "recompute_cache", "runtime")
@@ -74,6 +75,36 @@ class _Rank:
 def estimate(model: LayerStack, data: Data, job: TrainConfig) -> pd.DataFrame:
     """One row per rank of ``job`` (a parsed :class:`~gnnpipe.core.job.TrainConfig`) on
     ``data``: the items of the module docstring and ``peak_bytes``, in bytes."""
+    frame = pd.DataFrame(_rank_rows(model, data, job)).fillna(0)
+    for item in ITEMS:
+        if item not in frame:
+            frame[item] = 0
+    frame = frame[["rank", "stage", *ITEMS]].astype("int64")
+    frame["peak_bytes"] = frame[list(FIXED_ITEMS)].sum(axis=1) + frame[
+        ["stash", "working", "communication"]].sum(axis=1).combine(frame["evaluation"], max)
+    return frame.set_index("rank")
+
+
+def block_costs(model: LayerStack, data: Data, job: TrainConfig) -> tuple[list[int], int]:
+    """The memory model cut for a stage split of ``job``'s pipeline: per block, the bytes a
+    stage holding it adds (its parameters with Adam, history buffers, recompute cache and the
+    stash of every chunk, without the inputs it receives from the block before), and the bytes
+    any stage holds besides, at their largest over single blocks (adjacency, runtime, received
+    inputs, one chunk's working set with the communication buffers, or an evaluation). A
+    stage's estimate is then at most its blocks' sum plus that."""
+    one_each = dataclasses.replace(job, mode=Mode.PIPELINE, stages=len(model), ways=1,
+                                   ranges=tuple((k, k + 1) for k in range(len(model))))
+    rows = _rank_rows(model, data, one_each)
+    own = [r["parameters"] + r["history"] + r["recompute_cache"] + r["stash"] - r["received"]
+           for r in rows]
+    shared = max(r["adjacency"] + r["runtime"] + r["received"]
+                 + max(r["working"] + r["communication"], r["evaluation"]) for r in rows)
+    return own, shared
+
+
+def _rank_rows(model: LayerStack, data: Data, job: TrainConfig) -> list[dict[str, int]]:
+    """:func:`estimate`'s rows as dicts (chunked ranks also with ``received``: the inputs in
+    their stash)."""
     probe = probe_graph(data, seed=job.seed)
     history = torch_dtype(job.history_dtype)
     cache: dict[tuple[int, int, bool], Footprint] = {}
@@ -92,14 +123,7 @@ def estimate(model: LayerStack, data: Data, job: TrainConfig) -> pd.DataFrame:
         rows = _graph_rows(model, data, job, measured)
     else:
         rows = _chunked_rows(model, data, job, measured)
-    frame = pd.DataFrame(rows).fillna(0)
-    for item in ITEMS:
-        if item not in frame:
-            frame[item] = 0
-    frame = frame[["rank", "stage", *ITEMS]].astype("int64")
-    frame["peak_bytes"] = frame[list(FIXED_ITEMS)].sum(axis=1) + frame[
-        ["stash", "working", "communication"]].sum(axis=1).combine(frame["evaluation"], max)
-    return frame.set_index("rank")
+    return rows
 
 
 def _param_bytes(model: LayerStack, start: int, stop: int, copies: int) -> int:
@@ -242,6 +266,7 @@ def _chunked_rows(model: LayerStack, data: Data, job: TrainConfig,
             "stage": s, "parameters": _param_bytes(model, a, b, 0 if job.mode is Mode.LOCAL else 1),
             "history": math.ceil(fp.buffers * n) + pushes,
             "recompute_cache": math.ceil(fp.cache * n), "graphs": graphs,
+            "received": math.ceil(inputs),
             "stash": math.ceil(fp.stash * rows_trained + inputs
                                + fp.per_source_stash * sum(sources) * share),
             "working": math.ceil((fp.chunk_peak - fp.stash) * tallest + gather

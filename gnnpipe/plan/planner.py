@@ -13,12 +13,17 @@ from typing import Any
 import pandas as pd
 from torch_geometric.data import Data
 
+from gnnpipe.analysis.memory import block_costs, estimate
 from gnnpipe.core import checks as check
+from gnnpipe.core.job import PARTS_PER_CHUNK, TrainConfig
+from gnnpipe.core.kinds import Mode
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.core.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
+from gnnpipe.engine.local import stage_ranges
 from gnnpipe.nn import LayerStack
 from gnnpipe.plan.profile import BlockCost, Profile, check_inputs, profile_on_workers
 from gnnpipe.plan.stages import Fits, split_stages
+from gnnpipe.pyg import default_techniques
 from gnnpipe.schedule import gnnpipe as gnnpipe_schedule
 from gnnpipe.schedule.simulator import simulate
 
@@ -102,7 +107,8 @@ class Plan:
         chunks: chunks per epoch ``C``.
         epoch_time: predicted seconds per training epoch (the simulated makespan).
         stage_times: predicted busy seconds per epoch of each stage (compute plus transfers).
-        memory: predicted bytes each stage holds.
+        memory: each stage's peak bytes, from :func:`gnnpipe.analysis.memory.estimate` (as
+            ``gp.estimate_memory`` gives it for this layout).
         layers: GNN (aggregating) layers in each stage.
         timeline: the simulated epoch.
         profile: the measured block costs the plan came from.
@@ -209,6 +215,17 @@ class Plan:
         return head + "\n" + self.table().to_string(float_format=lambda v: f"{v:.4g}")
 
 
+def _memory_job(model: LayerStack, workers: int, chunks: int, seed: int) -> TrainConfig:
+    """The pipeline job a plan's memory is estimated for: ``gp.train``'s defaults, ``workers``
+    stages of the uniform split (the split changes what the estimate sums, not how)."""
+    return TrainConfig(
+        mode=Mode.PIPELINE, model=model.name, layers=model.num_layers, epochs=1, lr=0.01,
+        weight_decay=0.0, gnn_weight_decay=None, seed=seed, stages=workers,
+        ranges=tuple(stage_ranges(len(model), workers)), chunks=chunks,
+        parts_per_chunk=PARTS_PER_CHUNK, ways=1, parts=1, techniques=default_techniques(model),
+        recompute=False, dataset=None)
+
+
 def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str | None = None,
          bandwidth: float | str | None = None, *, chunks: int | Sequence[int] | None = None,
          profile: Profile | None = None, cluster: Any = None, latency: float = DEFAULT_LATENCY,
@@ -269,24 +286,27 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         raise ValueError("profile: it was measured for another model or graph")
     if counts is None:  # where the per-row and per-chunk costs were measured, not beyond
         counts = chunk_candidates(workers, n, limit=max(profile.chunk_counts))
-    memory = [b.memory(n) for b in profile.blocks]
+    job = _memory_job(model, workers, max(profile.chunk_counts), seed)
+    memory, shared = block_costs(model, data, job)  # gp.estimate_memory's model, per block
     prefix = [0, *itertools.accumulate(memory)]
 
     def fits(a: int, b: int) -> bool:
-        return limit is None or prefix[b] - prefix[a] <= limit
+        return limit is None or prefix[b] - prefix[a] + shared <= limit
 
     tried = []
     for c in counts:
         seconds = [b.seconds(n, c) for b in profile.blocks]
-        ranges = split_stages(seconds, memory, _transfers(profile, c, bw, latency), workers, limit)
+        ranges = split_stages(seconds, memory, _transfers(profile, c, bw, latency), workers, limit,
+                              stage_memory=shared)
         tried.append((predict(profile, ranges, c, bw, latency).makespan(), c, ranges))
     refined = [(*_refine(profile, r, c, bw, latency, fits), c)  # the three best counts
                for _, c, r in sorted(tried)[:3]]
     epoch, ranges, timeline, best = min(refined, key=lambda t: (t[0], t[3]))
     _, _, busy = _stage_costs(profile, ranges, best, bw, latency)
+    chosen = dataclasses.replace(job, ranges=tuple(ranges), chunks=best)
     return Plan(
         ranges=tuple(ranges), chunks=best, epoch_time=epoch, stage_times=tuple(busy),
-        memory=tuple(sum(memory[a:b]) for a, b in ranges),
+        memory=tuple(int(m) for m in estimate(model, data, chosen)["peak_bytes"]),
         layers=tuple(sum(c.aggregates for c in profile.blocks[a:b]) for a, b in ranges),
         timeline=timeline, profile=profile, memory_limit=limit, bandwidth=bw, latency=latency,
         candidates=pd.DataFrame([{"chunks": c, "epoch_time": t, "ranges": r}

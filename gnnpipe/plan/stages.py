@@ -50,7 +50,8 @@ def _dp(costs: Sequence[float], boundary: Sequence[float], stages: int, fits: Fi
 
 
 def split_stages(costs: Sequence[float], memory: Sequence[float], boundary_costs: Sequence[float],
-                 stages: int, memory_limit: float | None = None) -> list[tuple[int, int]]:
+                 stages: int, memory_limit: float | None = None,
+                 stage_memory: float = 0.0) -> list[tuple[int, int]]:
     """Contiguous stage ranges minimising the slowest stage's time, each stage's memory fitting.
 
     Args:
@@ -60,6 +61,8 @@ def split_stages(costs: Sequence[float], memory: Sequence[float], boundary_costs
             beside a cut between blocks ``j`` and ``j + 1``.
         stages: number of (non-empty) stages.
         memory_limit: bytes a stage may hold; ``None`` for no limit.
+        stage_memory: bytes every stage holds besides its blocks' (the adjacency, buffers of
+            one chunk at a time: :func:`gnnpipe.analysis.memory.block_costs`).
 
     Among splits with the smallest bottleneck, the one with the smallest total time is returned.
 
@@ -77,12 +80,13 @@ def split_stages(costs: Sequence[float], memory: Sequence[float], boundary_costs
     mem = [0.0, *itertools.accumulate(float(m) for m in memory)]
 
     def fits(i: int, j: int) -> bool:
-        return memory_limit is None or mem[j] - mem[i] <= memory_limit
+        return memory_limit is None or mem[j] - mem[i] + stage_memory <= memory_limit
 
     neck, _ = _dp(costs, boundary_costs, stages, fits)
     if neck == math.inf:
         assert memory_limit is not None, "only a memory limit can rule out every split"
-        least = math.ceil(_dp(memory, [0.0] * (n - 1), stages, lambda i, j: True)[0])
+        least = math.ceil(_dp(memory, [0.0] * (n - 1), stages, lambda i, j: True)[0]
+                          + stage_memory)
         raise ValueError(f"memory_limit: {format_bytes(memory_limit)} "
                          f"({int(memory_limit):,} bytes) is too small for {stages} stages; the "
                          f"smallest memory limit that fits is {format_bytes(least)} "
