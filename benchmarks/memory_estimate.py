@@ -28,6 +28,7 @@ Writes ``benchmarks/results/memory_estimate.{json,md}`` (or ``memory_allocator.*
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from typing import Any
@@ -38,6 +39,7 @@ from _common import (
     finish,
     output_dir,
     payload,
+    resume_journal,
     run_child,
     serve_child,
     write_results,
@@ -72,8 +74,9 @@ def _model(name: str, data: Any) -> Any:
         return gp.models.gcnii(data.num_features, hidden=64, out_dim=classes,
                                layers=int(name[5:]), dropout=0.5)
     if name.startswith("gat"):
+        # no dropout inside the layers: graph parallelism refuses it (it cannot equal single)
         return GAT(data.num_features, 64, num_layers=int(name[3:]), out_channels=classes,
-                   heads=2, dropout=0.5)
+                   heads=2, dropout=0.0)
 
     class MeanLinear(MessagePassing):
         """Mean of the neighbours, a linear map."""
@@ -188,12 +191,18 @@ def main() -> None:
         _allocator_table(args, env, start, out)
         return
     grid = GRID[:2] if args.quick else GRID
-    rows = []
-    for model, graph, mode, layout in grid:
-        cfg = {"model": "gcnii4" if args.quick else model,
-               "graph": "syn5k" if args.quick else graph, "mode": mode, "layout": layout,
-               "epochs": args.epochs}
+    jobs = [("gcnii4" if args.quick else model, "syn5k" if args.quick else graph, mode,
+             json.dumps(layout)) for model, graph, mode, layout in grid]
+    journal, rows, jobs = resume_journal(out, "memory_estimate", jobs, ("model", "graph", "mode",
+                                                                        "layout_key"))
+    for model, graph, mode, key in jobs:
+        cfg = {"model": model, "graph": graph, "mode": mode, "layout": json.loads(key),
+               "layout_key": key, "epochs": args.epochs}
         rows.append(run_child(__file__, cfg, env=_environ("lean")))
+        if journal is not None:  # a stopped run picks up here
+            with journal.open("a") as f:
+                f.write(json.dumps(rows[-1]) + "\n")
+        layout = cfg["layout"]
         for k in rows[-1]["ranks"]:
             print(f"{model:8s} {graph:9s} {mode:8s} {_layout(layout):40s} rank {k['rank']}: "
                   f"estimated {k['estimated'] / 2**20:8.0f} MiB, measured "
@@ -207,6 +216,8 @@ def main() -> None:
                              for r in rows for k in r["ranks"]])
         write_results(out, "memory_estimate", payload(env, flat, rows, args),
                       markdown(rows, env))
+        if journal is not None:
+            journal.unlink(missing_ok=True)
 
 
 def _allocator_table(args: argparse.Namespace, env: dict[str, Any], start: float,
