@@ -20,6 +20,7 @@ Run (from the repository root)::
 
     .venv/bin/python benchmarks/memory_estimate.py              # the grid (~40 min)
     .venv/bin/python benchmarks/memory_estimate.py --allocator  # the allocator table (~15 min)
+    .venv/bin/python benchmarks/memory_estimate.py --at 1000000 # estimates only, 1M nodes
     .venv/bin/python benchmarks/memory_estimate.py --quick      # smoke test, writes nothing
 
 Writes ``benchmarks/results/memory_estimate.{json,md}`` (or ``memory_allocator.*``).
@@ -177,9 +178,59 @@ def allocator_child(cfg: dict[str, Any]) -> dict[str, Any]:
             "peaks": run.memory()["peak_bytes"].astype(int).tolist()}
 
 
+#: Layouts estimated (not run) at ``--at`` nodes: GCNII-32, hidden 64
+AT_SCALE: list[tuple[str, dict[str, Any]]] = [
+    ("single", {}),
+    ("pipeline", {"stages": 2, "chunks": 8}),
+    ("pipeline", {"stages": 2, "chunks": 8, "history_dtype": "float16", "recompute": True}),
+    ("pipeline", {"stages": 4, "chunks": 16}),
+    ("pipeline", {"stages": 4, "chunks": 16, "history_dtype": "float16", "recompute": True,
+                  "techniques": {"snapshot": False}}),
+    ("graph", {"parts": 4}),
+]
+
+
+def _at_scale(nodes: int, env: dict[str, Any], start: float, out: Any, args: Any) -> None:
+    """``gp.estimate_memory`` only, for :data:`AT_SCALE` on a synthetic graph of ``nodes``."""
+    import pandas as pd
+    import torch
+
+    import gnnpipe as gp
+
+    torch.set_num_threads(1)
+    data = _graph(f"syn{nodes // 1000}k")
+    model = _model("gcnii32", data)
+    rows = []
+    for mode, layout in AT_SCALE:
+        began = time.perf_counter()
+        est = gp.estimate_memory(model, data, mode, **layout)
+        rows.append({"mode": mode, "layout": _layout(layout), "ranks": len(est),
+                     "peak_bytes": int(est["peak_bytes"].max()),
+                     "history": int(est["history"].max()), "stash": int(est["stash"].max()),
+                     "seconds": time.perf_counter() - began})
+        print(f"{mode:8s} {rows[-1]['layout']:70s} {rows[-1]['peak_bytes'] / 2**30:7.2f} GiB "
+              f"({rows[-1]['seconds']:.0f} s)", flush=True)
+    finish(env, start)
+    if out is not None:
+        single = rows[0]["peak_bytes"]
+        lines = [f"# Estimated peak per rank at {nodes:,} nodes (GCNII-32, hidden 64)", "",
+                 (f"{env['date']} · `gp.estimate_memory`, not run · synthetic graph, average "
+                 "degree 10, 64 features"), "",
+                 ("| mode | layout | ranks | peak GiB per rank | ÷ single | history GiB | "
+                 "stash GiB | estimate s |"), "|---|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['mode']} | {r['layout']} | {r['ranks']} | "
+                  f"{r['peak_bytes'] / 2**30:.2f} | {r['peak_bytes'] / single:.2f} | "
+                  f"{r['history'] / 2**30:.2f} | {r['stash'] / 2**30:.2f} | {r['seconds']:.0f} |"
+                  for r in rows]
+        write_results(out, f"memory_estimate_{nodes // 1000}k",
+                      payload(env, pd.DataFrame(rows), rows, args), "\n".join(lines) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--allocator", action="store_true", help="the allocator table instead")
+    ap.add_argument("--at", type=int, default=None,
+                    help="only estimate (not run) GCNII-32 layouts at this many nodes")
     ap.add_argument("--epochs", type=int, default=2)
     add_output_args(ap, child=True)
     args = ap.parse_args()
@@ -189,6 +240,9 @@ def main() -> None:
     env, start = environment(threads=1), time.perf_counter()
     if args.allocator:
         _allocator_table(args, env, start, out)
+        return
+    if args.at is not None:
+        _at_scale(args.at, env, start, out, args)
         return
     grid = GRID[:2] if args.quick else GRID
     jobs = [("gcnii4" if args.quick else model, "syn5k" if args.quick else graph, mode,
