@@ -95,6 +95,7 @@ if __name__ == "__main__":
     ("gcnii", "pipeline", {"stages": 2, "chunks": 8}),
     ("gcnii", "graph", {"parts": 2}),
     ("gat", "local", {"stages": 2, "chunks": 8}),
+    ("gat", "graph", {"parts": 2}),
 ])
 def test_estimate_is_within_15_percent_of_the_measured_peak(tmp_path, model, mode, layout):
     """50,000 nodes in a fresh process with the lean allocator (as are its Dask workers): every

@@ -188,9 +188,12 @@ def _graph_rows(model: LayerStack, data: Data, job: TrainConfig,
     bounds = parts.bounds.tolist()
     width = max(b.out_dim for b in model.blocks)
     fp = measured(0, len(model), False)
-    calls = probe_calls(model.blocks, model.blocks[0].in_dim)
-    passing = measured(0, len(model), True) if any(  # per source row outside: the halo here
-        c.message_passing for block in calls for c in block) else fp
+    calls = [c for block in probe_calls(model.blocks, model.blocks[0].in_dim) for c in block
+             if c.message_passing]
+    passing = measured(0, len(model), True) if calls else fp  # per source row: the halo here
+    # a chunk keeps its gathered Hbuf rows as a leaf (their gradient is its push); the halo
+    # rows arrive as a tensor that is freed once joined to the rank's own
+    per_halo = max(passing.per_source_stash - sum(c.width * 4 for c in calls), 0.0)
     out = []
     for p, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         local = full.rows(lo, hi).A
@@ -202,7 +205,7 @@ def _graph_rows(model: LayerStack, data: Data, job: TrainConfig,
                     "adjacency": 2 * (nnz * 8 + (rows + halo + 1) * 4) + graphs,
                     "communication": 2 * (halo + rows) * width * 4,
                     "runtime": RUNTIME_BYTES["rank"],
-                    "stash": math.ceil(fp.stash * rows + passing.per_source_stash * halo),
+                    "stash": math.ceil(fp.stash * rows + per_halo * halo),
                     "working": math.ceil((fp.chunk_peak - fp.stash) * rows
                                          + (passing.per_source_peak
                                             - passing.per_source_stash) * halo),
