@@ -7,12 +7,13 @@ simulates GNNPipe's schedule for candidate chunk counts and returns a :class:`Pl
 """
 
 from gnnpipe.core.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
-from gnnpipe.plan.planner import MAX_CHUNKS, Plan, chunk_candidates, plan, predict
+from gnnpipe.plan.planner import MAX_CHUNKS, Plan, chunk_candidates, memory_costs, plan, predict
 from gnnpipe.plan.profile import BlockCost, Profile, profile_model
 from gnnpipe.plan.stages import split_stages
 
 __all__ = [
     "DEFAULT_BANDWIDTH", "MAX_CHUNKS", "BlockCost", "Plan", "Profile", "chunk_candidates",
-    "format_bytes", "parse_bandwidth", "parse_bytes", "plan", "predict", "profile_model",
+    "format_bytes", "memory_costs", "parse_bandwidth", "parse_bytes", "plan", "predict",
+    "profile_model",
     "split_stages",
 ]

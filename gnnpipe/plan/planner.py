@@ -215,6 +215,17 @@ class Plan:
         return head + "\n" + self.table().to_string(float_format=lambda v: f"{v:.4g}")
 
 
+def memory_costs(model: LayerStack, data: Data, workers: int, chunks: int | None = None,
+                 seed: int = 0) -> tuple[list[int], int]:
+    """What :func:`plan` splits by: per block, the bytes a stage holding it adds, and the bytes
+    every stage holds besides (:func:`gnnpipe.analysis.memory.block_costs`, the model of
+    ``gp.estimate_memory``), for a ``workers``-stage pipeline of ``chunks`` chunks (default
+    ``4 × workers``). A split fits ``memory_limit`` when each stage's blocks' sum plus the
+    second number does."""
+    data = check_inputs(model, data)
+    return block_costs(model, data, _memory_job(model, workers, chunks or 4 * workers, seed))
+
+
 def _memory_job(model: LayerStack, workers: int, chunks: int, seed: int) -> TrainConfig:
     """The pipeline job a plan's memory is estimated for: ``gp.train``'s defaults, ``workers``
     stages of the uniform split (the split changes what the estimate sums, not how)."""
@@ -287,7 +298,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
     if counts is None:  # where the per-row and per-chunk costs were measured, not beyond
         counts = chunk_candidates(workers, n, limit=max(profile.chunk_counts))
     job = _memory_job(model, workers, max(profile.chunk_counts), seed)
-    memory, shared = block_costs(model, data, job)  # gp.estimate_memory's model, per block
+    memory, shared = block_costs(model, data, job)
     prefix = [0, *itertools.accumulate(memory)]
 
     def fits(a: int, b: int) -> bool:
