@@ -59,19 +59,6 @@ ITEMS = (*FIXED_ITEMS, "stash", "working", "communication", "evaluation")
 RUNTIME_BYTES = {"process": 8 << 20, "rank": 24 << 20}
 
 
-@dataclass(frozen=True)
-class _Rank:
-    """One rank's share: its block range, the rows it trains (as chunks) and how it holds
-    the graph."""
-
-    rank: int
-    stage: int
-    start: int
-    stop: int
-    chunk_rows: tuple[int, ...]  # rows of each chunk it trains in an epoch
-    full_graph: bool  # history buffers span the whole graph (chunked modes)
-
-
 def estimate(model: LayerStack, data: Data, job: TrainConfig) -> pd.DataFrame:
     """One row per rank of ``job`` (a parsed :class:`~gnnpipe.core.job.TrainConfig`) on
     ``data``: the items of the module docstring and ``peak_bytes``, in bytes."""
@@ -236,6 +223,24 @@ def _message_passing(model: LayerStack, start: int, stop: int, sources: Sequence
     return graphs, kept
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """A chunked job's graph, as its memory depends on it."""
+
+    nodes: int
+    edges: int
+    rows_trained: int  # rows a rank trains per epoch (its way's chunks)
+    tallest: int  # rows of the largest chunk
+    adjacency: int  # bytes of Â, Âᵀ and the chunks' row blocks
+    gather: int  # bytes of a stage's gather space
+    sources: list[int]  # per chunk, its distinct sources outside it
+
+    @property
+    def share(self) -> float:
+        """Of every chunk's sources outside it, the part a rank's chunks read."""
+        return self.rows_trained / self.nodes
+
+
 def _chunked_rows(model: LayerStack, data: Data, job: TrainConfig,
                   measured: Callable[[int, int, bool], Footprint]) -> list[dict[str, int]]:
     """``local`` (one row), ``pipeline`` and ``hybrid`` (a row per rank): full-graph buffers,
@@ -247,37 +252,16 @@ def _chunked_rows(model: LayerStack, data: Data, job: TrainConfig,
     n = data.num_nodes
     sizes = [b - a for a, b in itertools.pairwise(bounds)]
     adj = normalized_adjacency(ordered.edge_index, n, model.norm)
-    adjacency = _adjacency_bytes(adj, bounds)
     per_way = math.ceil(len(sizes) / job.ways)
-    rows_trained = sum(sorted(sizes)[-per_way:]) if job.ways > 1 else n
-    tallest = max(sizes)
-    widths = [b.out_dim for b in model.blocks if b.aggregates]
-    gather = _gather_bytes(adj, bounds, widths)
     fps = [measured(a, b, True) for a, b in job.ranges]
-    sources = _sources_outside(ordered.edge_index, bounds) if any(
-        fp.per_source_stash or fp.per_source_peak for fp in fps) else [0] * len(sizes)
-    share = rows_trained / n  # of the chunks' other sources, those of the rank's chunks
-    wire = job.wire_dtype.itemsize
-    stages = []
-    for s, ((a, b), fp) in enumerate(zip(job.ranges, fps)):
-        graphs, pushes = _message_passing(model, a, b, sources, ordered.edge_index.size(1), job)
-        # the received inputs, kept as the stage's leaves; in one process they are the stage
-        # before's outputs, stashed there unless it recomputes
-        shared = job.mode is Mode.LOCAL and not job.recompute
-        inputs = 0 if shared else fp.inputs * rows_trained
-        stages.append({
-            "stage": s, "parameters": _param_bytes(model, a, b, 0 if job.mode is Mode.LOCAL else 1),
-            "history": math.ceil(fp.buffers * n) + pushes,
-            "recompute_cache": math.ceil(fp.cache * n), "graphs": graphs,
-            "received": math.ceil(inputs),
-            "stash": math.ceil(fp.stash * rows_trained + inputs
-                               + fp.per_source_stash * sum(sources) * share),
-            "working": math.ceil((fp.chunk_peak - fp.stash) * tallest + gather
-                                 + (fp.per_source_peak - fp.per_source_stash) * max(sources)),
-            # the next chunk's inputs received (in the wire's dtype, then as float32) while
-            # this one computes; their gradients sent back
-            "communication": math.ceil(fp.inputs * tallest * (2 + wire / 4)),
-            "evaluation": math.ceil((fp.eval_peak + fp.inputs) * n)})
+    passing = any(fp.per_source_stash or fp.per_source_peak for fp in fps)
+    shape = _Shape(
+        nodes=n, edges=ordered.edge_index.size(1),
+        rows_trained=sum(sorted(sizes)[-per_way:]) if job.ways > 1 else n,
+        tallest=max(sizes), adjacency=_adjacency_bytes(adj, bounds),
+        gather=_gather_bytes(adj, bounds, [b.out_dim for b in model.blocks if b.aggregates]),
+        sources=_sources_outside(ordered.edge_index, bounds) if passing else [0] * len(sizes))
+    stages = [_stage_row(model, job, s, fp, shape) for s, fp in enumerate(fps)]
     if job.mode is Mode.LOCAL:
         features = _tensor_bytes([ordered.x, ordered.y, ordered.edge_index, ordered.train_mask,
                                   ordered.val_mask, ordered.test_mask])
@@ -285,12 +269,39 @@ def _chunked_rows(model: LayerStack, data: Data, job: TrainConfig,
                                                           "recompute_cache", "stash", "graphs")}
         graphs = total.pop("graphs")
         return [{"rank": 0, "stage": 0, **total, "features": features,
-                 "adjacency": adjacency + graphs,
+                 "adjacency": shape.adjacency + graphs,
                  "working": max(st["working"] for st in stages),
                  "evaluation": max(st["evaluation"] for st in stages),
                  "runtime": RUNTIME_BYTES["process"]}]
     return [{"rank": w * job.stages + st["stage"], **st,
-             "adjacency": adjacency + st["graphs"],
+             "adjacency": shape.adjacency + st["graphs"],
              "communication": 0 if st["stage"] == 0 else st["communication"],
              "runtime": RUNTIME_BYTES["rank"]}
             for w in range(job.ways) for st in stages]
+
+
+def _stage_row(model: LayerStack, job: TrainConfig, stage: int, fp: Footprint,
+               shape: _Shape) -> dict[str, int]:
+    """Stage ``stage``'s items (and ``graphs``, its message-passing local graphs; ``received``,
+    the inputs in its stash) on a rank of its own."""
+    a, b = job.ranges[stage]
+    n, rows, tallest, sources = shape.nodes, shape.rows_trained, shape.tallest, shape.sources
+    graphs, pushes = _message_passing(model, a, b, sources, shape.edges, job)
+    # the received inputs, kept as the stage's leaves; in one process they are the stage
+    # before's outputs, stashed there unless it recomputes
+    shared = job.mode is Mode.LOCAL and not job.recompute
+    inputs = 0 if shared else fp.inputs * rows
+    return {
+        "stage": stage,
+        "parameters": _param_bytes(model, a, b, 0 if job.mode is Mode.LOCAL else 1),
+        "history": math.ceil(fp.buffers * n) + pushes,
+        "recompute_cache": math.ceil(fp.cache * n), "graphs": graphs,
+        "received": math.ceil(inputs),
+        "stash": math.ceil(fp.stash * rows + inputs
+                           + fp.per_source_stash * sum(sources) * shape.share),
+        "working": math.ceil((fp.chunk_peak - fp.stash) * tallest + shape.gather
+                             + (fp.per_source_peak - fp.per_source_stash) * max(sources)),
+        # the next chunk's inputs received (in the wire's dtype, then as float32) while this
+        # one computes; their gradients sent back
+        "communication": math.ceil(fp.inputs * tallest * (2 + job.wire_dtype.itemsize / 4)),
+        "evaluation": math.ceil((fp.eval_peak + fp.inputs) * n)}
