@@ -44,7 +44,7 @@ from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.kinds import Mode
 from gnnpipe.engine.buffers import torch_dtype
 from gnnpipe.engine.graph import Adjacency, chunk_rows, normalized_adjacency
-from gnnpipe.engine.probe import probe_calls
+from gnnpipe.engine.probe import AggregationCall, probe_calls
 from gnnpipe.nn import LayerStack
 from gnnpipe.partition import chunk, partition
 
@@ -175,8 +175,8 @@ def _graph_rows(model: LayerStack, data: Data, job: TrainConfig,
     bounds = parts.bounds.tolist()
     width = max(b.out_dim for b in model.blocks)
     fp = measured(0, len(model), False)
-    calls = [c for block in probe_calls(model.blocks, model.blocks[0].in_dim) for c in block
-             if c.message_passing]
+    per_block = _passing_calls(model)
+    calls = [c for block in per_block for c in block]
     passing = measured(0, len(model), True) if calls else fp  # per source row: the halo here
     # a chunk keeps its gathered Hbuf rows as a leaf (their gradient is its push); the halo
     # rows arrive as a tensor that is freed once joined to the rank's own
@@ -187,7 +187,7 @@ def _graph_rows(model: LayerStack, data: Data, job: TrainConfig,
         cols = local.col_indices()
         halo = int(torch.unique(cols[(cols < lo) | (cols >= hi)]).numel())
         nnz, rows = int(cols.numel()), hi - lo
-        graphs, _ = _message_passing(model, 0, len(model), [halo], nnz, job)
+        graphs, _ = _message_passing(per_block, [halo], nnz, job)
         out.append({"rank": p, "stage": 0, "parameters": _param_bytes(model, 0, len(model), 1),
                     "adjacency": 2 * (nnz * 8 + (rows + halo + 1) * 4) + graphs,
                     "communication": 2 * (halo + rows) * width * 4,
@@ -208,13 +208,19 @@ def _sources_outside(edge_index: Tensor, bounds: list[int]) -> list[int]:
             for lo, hi in itertools.pairwise(bounds)]
 
 
-def _message_passing(model: LayerStack, start: int, stop: int, sources: Sequence[int],
+def _passing_calls(model: LayerStack) -> list[list[AggregationCall]]:
+    """Per block, its message-passing calls (probed once per estimate)."""
+    return [[c for c in block if c.message_passing]
+            for block in probe_calls(model.blocks, model.blocks[0].in_dim)]
+
+
+def _message_passing(per_block: list[list[AggregationCall]], sources: Sequence[int],
                      edges: int, job: TrainConfig) -> tuple[int, int]:
-    """Blocks ``start:stop``'s message-passing state: the local graphs of every chunk (edges
-    and other sources as indices) and, with unbiased gradients off, each chunk's last push to
-    its other sources (float32, kept across epochs); ``(0, 0)`` without message passing."""
-    calls = [c for block in probe_calls(model.blocks, model.blocks[0].in_dim)[start:stop]
-             for c in block if c.message_passing]
+    """The message-passing state of the blocks whose calls are ``per_block``: the local graphs
+    of every chunk (edges and other sources as indices) and, with unbiased gradients off, each
+    chunk's last push to its other sources (float32, kept across epochs); ``(0, 0)`` without
+    message passing."""
+    calls = [c for block in per_block for c in block]
     if not calls:
         return 0, 0
     graphs = 2 * edges * 8 + sum(sources) * 8
@@ -234,6 +240,7 @@ class _Shape:
     adjacency: int  # bytes of Â, Âᵀ and the chunks' row blocks
     gather: int  # bytes of a stage's gather space
     sources: list[int]  # per chunk, its distinct sources outside it
+    calls: list[list[AggregationCall]]  # per block, its message-passing calls
 
     @property
     def share(self) -> float:
@@ -260,7 +267,8 @@ def _chunked_rows(model: LayerStack, data: Data, job: TrainConfig,
         rows_trained=sum(sorted(sizes)[-per_way:]) if job.ways > 1 else n,
         tallest=max(sizes), adjacency=_adjacency_bytes(adj, bounds),
         gather=_gather_bytes(adj, bounds, [b.out_dim for b in model.blocks if b.aggregates]),
-        sources=_sources_outside(ordered.edge_index, bounds) if passing else [0] * len(sizes))
+        sources=_sources_outside(ordered.edge_index, bounds) if passing else [0] * len(sizes),
+        calls=_passing_calls(model))
     stages = [_stage_row(model, job, s, fp, shape) for s, fp in enumerate(fps)]
     if job.mode is Mode.LOCAL:
         features = _tensor_bytes([ordered.x, ordered.y, ordered.edge_index, ordered.train_mask,
@@ -286,7 +294,7 @@ def _stage_row(model: LayerStack, job: TrainConfig, stage: int, fp: Footprint,
     the inputs in its stash) on a rank of its own."""
     a, b = job.ranges[stage]
     n, rows, tallest, sources = shape.nodes, shape.rows_trained, shape.tallest, shape.sources
-    graphs, pushes = _message_passing(model, a, b, sources, shape.edges, job)
+    graphs, pushes = _message_passing(shape.calls[a:b], sources, shape.edges, job)
     # the received inputs, kept as the stage's leaves; in one process they are the stage
     # before's outputs, stashed there unless it recomputes
     shared = job.mode is Mode.LOCAL and not job.recompute
