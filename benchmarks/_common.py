@@ -24,6 +24,12 @@ from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
 
+# The named datasets: the data folder beside the checkout when there is one (the project's
+# machines and CI have it), else gnnpipe's own default (the user cache, downloading once).
+_SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+if "GNNPIPE_DATA" not in os.environ and _SHARED_DATA.is_dir():
+    os.environ["GNNPIPE_DATA"] = str(_SHARED_DATA)
+
 
 def add_output_args(ap: argparse.ArgumentParser, *, child: bool = False) -> None:
     """Add ``--quick`` and ``--out``; with ``child``, the hidden ``--child`` (:func:`run_child`)."""

@@ -1,6 +1,9 @@
-"""Shared fixtures: seeded torch, small graphs, Cora."""
+"""Shared fixtures: seeded torch, small graphs, Cora; the data root and no downloads."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +13,15 @@ import gnnpipe as gp
 # One torch thread per test process: on a 2-core machine shared with Dask workers, OpenMP
 # threads spinning against each other slow small ops down by 10-100x.
 torch.set_num_threads(1)
+
+# The named datasets come from ../shared/data beside the checkout (CI has it there), and nothing
+# in the suite downloads: any download goes to the discard port and fails at once, unless a test
+# points GNNPIPE_DATA_URL at its own server. Set here, before any worker or kernel starts, so
+# Dask workers and notebook kernels inherit both.
+_SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+if "GNNPIPE_DATA" not in os.environ and _SHARED_DATA.is_dir():
+    os.environ["GNNPIPE_DATA"] = str(_SHARED_DATA)
+os.environ.setdefault("GNNPIPE_DATA_URL", "http://127.0.0.1:9")
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Datasets: Planetoid loading from the shared root, synthetic graphs, validation errors."""
+"""Datasets: Planetoid loading from the data root, synthetic graphs, validation errors."""
 
 from __future__ import annotations
 
@@ -40,8 +40,11 @@ def test_read_only_root_loads_without_writing_anything(tmp_path, monkeypatch):
 
 def test_gnnpipe_data_env_sets_the_root(monkeypatch, tmp_path):
     monkeypatch.setenv("GNNPIPE_DATA", str(tmp_path))
-    assert gp.datasets.default_root() == tmp_path
-    assert os.fspath(gp.datasets.default_root()) == str(tmp_path)
+    assert gp.datasets.default_root() == tmp_path / "planetoid"
+    assert os.fspath(gp.datasets.default_root("facebook")) == str(tmp_path)
+    monkeypatch.delenv("GNNPIPE_DATA")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert gp.datasets.default_root("squirrel") == tmp_path / "cache" / "gnnpipe"
 
 
 def test_unknown_dataset_names_the_argument():

@@ -64,8 +64,12 @@ def test_facebook_split_is_seeded(facebook):
 
 
 def test_facebook_root_and_seed_are_checked(tmp_path, monkeypatch):
-    with pytest.raises(FileNotFoundError, match="root: .*musae-facebook lacks facebook_edges.csv"):
+    # an empty root: the download is tried (the suite's GNNPIPE_DATA_URL refuses it) and fails
+    # naming the address and where the files go, leaving nothing behind
+    with pytest.raises(OSError, match=r"facebook: could not download \S+facebook_large.zip .*put "
+                                      r"facebook_edges.csv, facebook_target.csv, facebook.json in "):
         gp.datasets.load("facebook", root=tmp_path)
+    assert list(tmp_path.iterdir()) == []
     monkeypatch.setenv("GNNPIPE_DATA", str(tmp_path))
     assert gp.datasets.default_root("facebook") == tmp_path
     with pytest.raises(ValueError, match="seed: cora has a fixed public split"):

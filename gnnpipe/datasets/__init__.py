@@ -1,5 +1,5 @@
-"""Graph datasets: Planetoid graphs, Facebook and Squirrel from a local root, planted-partition
-synthetic graphs, a user's own graph made ready to train (:func:`prepare_data`), validation."""
+"""Graph datasets: Planetoid graphs, Facebook and Squirrel (from the data root, or downloaded
+from their public sources: :mod:`gnnpipe.datasets.sources`), planted-partition synthetic graphs, a user's own graph made ready to train (:func:`prepare_data`), validation."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from torch_geometric.utils import remove_self_loops, to_undirected
 
 from gnnpipe.core import checks as check
 from gnnpipe.datasets.safe_pickle import load_planetoid_pickle
+from gnnpipe.datasets.sources import SOURCES, cache_root, data_root, fetch, missing_files
 
 __all__ = ["NAMES", "PLANETOID", "default_root", "load", "num_classes", "prepare_data",
            "single_graph", "synthetic", "validate"]
@@ -27,50 +28,35 @@ PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 #: Graphs read from their files under the data root (not Planetoid's layout).
 LOCAL = ("facebook", "squirrel")
 NAMES = (*PLANETOID, *LOCAL)
-_SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-_SHARED_ROOT = _SHARED_DATA / "planetoid"
-
 
 def default_root(name: str = "cora") -> Path:
-    """Where ``load(name)`` looks: ``$GNNPIPE_DATA``, then ``../shared/data/planetoid`` for
-    Planetoid graphs (``../shared/data`` for ``facebook`` and ``squirrel``), then, for
-    Planetoid, a user cache folder (PyG downloads there)."""
-    env = os.environ.get("GNNPIPE_DATA")
-    if env:
-        return Path(env).expanduser()
-    if str(name).lower() in LOCAL:
-        return _SHARED_DATA
-    if _SHARED_ROOT.is_dir():
-        return _SHARED_ROOT
-    return _cache_dir()
+    """The root ``load(name)`` reads: the data root (``$GNNPIPE_DATA``, else the user cache,
+    :func:`gnnpipe.datasets.sources.data_root`) for ``facebook`` and ``squirrel``, its
+    ``planetoid/`` folder for Planetoid graphs (which hold ``<Name>/raw/`` there)."""
+    root = data_root()
+    return root / "planetoid" if str(name).lower() in PLANETOID else root
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "gnnpipe" / "planetoid"
+def _cache_root(key: str) -> Path:
+    return cache_root() / "planetoid" if key in PLANETOID else cache_root()
 
 
-_RAW_FILES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
-
-
-def _raw_dir(root: Path, folder: str, key: str) -> Path:
-    """The folder holding ``ind.<key>.*``: ``<root>/<folder>/raw``, else its user-cache copy;
-    if neither has them, downloaded from Planetoid's site (into the cache if ``root`` is
-    read-only). Nothing is written next to a root that has the files."""
-    names = [f"ind.{key}.{n}" for n in _RAW_FILES]
-    candidates = [root / folder / "raw", _cache_dir() / folder / "raw"]
-    for raw in candidates:
-        if all((raw / n).is_file() for n in names):
-            return raw
+def _locate(key: str, root: Path | None) -> Path:
+    """The folder holding ``key``'s files: under ``root`` (or the data root, then the user
+    cache), downloaded from the dataset's source if no candidate has them all: into the first
+    candidate when it can be written, else into the cache. Nothing is written next to a folder
+    that has the files."""
+    sub = SOURCES[key].folder
+    firsts = [root] if root is not None else [default_root(key)]
+    candidates = list(dict.fromkeys([firsts[0] / sub, _cache_root(key) / sub]))
+    for folder in candidates:
+        if not missing_files(folder, SOURCES[key]):
+            return folder
     existing = next(p for p in (candidates[0], *candidates[0].parents) if p.exists())
-    raw = candidates[0] if _writable(existing) else candidates[1]
-    from torch_geometric.data import download_url
-    from torch_geometric.datasets import Planetoid
-
-    logger.info("downloading %s into %s", key, raw)
-    for n in names:
-        download_url(f"{Planetoid.url}/{n}", str(raw), log=False)
-    return raw
+    target = candidates[0] if _writable(existing) else candidates[-1]
+    logger.info("%s: not found in %s; downloading into %s", key,
+                " or ".join(map(str, candidates)), target)
+    return fetch(key, target)
 
 
 def _read_matrix(path: Path) -> torch.Tensor:
@@ -92,7 +78,8 @@ def _read_planetoid(raw: Path, key: str) -> Data:
     from torch_geometric.utils import index_to_mask
 
     # ``x`` (the labelled rows of ``allx``) is unused, but checked like the others, as PyG does.
-    _x, tx, allx, y, ty, ally = (_read_matrix(raw / f"ind.{key}.{n}") for n in _RAW_FILES[:6])
+    _x, tx, allx, y, ty, ally = (_read_matrix(raw / f"ind.{key}.{n}")
+                                    for n in ("x", "tx", "allx", "y", "ty", "ally"))
     graph = load_planetoid_pickle(raw / f"ind.{key}.graph")
     if not isinstance(graph, dict):  # a bad file, not a bad argument: ValueError like the rest
         raise ValueError(  # noqa: TRY004
@@ -143,7 +130,9 @@ def load(name: str, root: str | os.PathLike | None = None, normalize_features: b
         name: dataset name, case-insensitive.
         root: Planetoid: folder holding ``<Name>/raw/``; ``facebook``: folder holding
             ``musae-facebook/``; ``squirrel``: folder holding ``heterophilous/squirrel.npz``;
-            defaults to :func:`default_root`. Planetoid's raw files are read with a restricted
+            defaults to :func:`default_root`. Files missing there (and in the user cache) are
+            downloaded from the dataset's public source, sizes checked
+            (:mod:`gnnpipe.datasets.sources`). Planetoid's raw files are read with a restricted
             unpickler (a file naming any other global is refused, none of it run) and nothing
             is cached: PyG's ``processed/`` is neither read nor written. Facebook's are plain
             csv and json; Squirrel's npz is read with ``allow_pickle=False``.
@@ -166,22 +155,22 @@ def load(name: str, root: str | os.PathLike | None = None, normalize_features: b
     check.integer("split", split, 0)
     if split and key != "squirrel":
         raise ValueError(f"split: {key} has one split, so split must be 0, got {split}")
-    base = Path(root).expanduser() if root is not None else default_root(key)
+    if seed and key not in ("facebook", "squirrel"):
+        raise ValueError(f"seed: {key} has a fixed public split, so seed must be 0, got {seed}")
+    if seed and key == "squirrel":
+        raise ValueError(f"seed: squirrel's splits are published (choose one with split=), so "
+                         f"seed must be 0, got {seed}")
+    folder = _locate(key, Path(root).expanduser() if root is not None else None)
     if key == "facebook":
         from gnnpipe.datasets.facebook import read_facebook
 
-        data = read_facebook(base, seed)
+        data = read_facebook(folder.parent, seed)
     elif key == "squirrel":
         from gnnpipe.datasets.squirrel import read_squirrel
 
-        if seed:
-            raise ValueError(f"seed: squirrel's splits are published (choose one with split=), so "
-                             f"seed must be 0, got {seed}")
-        data = read_squirrel(base, split)
-    elif seed:
-        raise ValueError(f"seed: {key} has a fixed public split, so seed must be 0, got {seed}")
+        data = read_squirrel(folder.parent, split)
     else:
-        data = _read_planetoid(_raw_dir(base, PLANETOID[key], key), key)
+        data = _read_planetoid(folder, key)
     if normalize_features is None:
         normalize_features = key != "squirrel"
     if normalize_features:
