@@ -36,7 +36,7 @@ test-fast: $(STAMP)
 
 # ruff; the layers contract (pyproject.toml [tool.importlinter]); mypy (pyproject.toml [tool.mypy])
 lint: $(STAMP)
-	$(BIN)/ruff check gnnpipe dashboard tests benchmarks tools
+	$(BIN)/ruff check gnnpipe dashboard tests benchmarks tools docs
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 

@@ -47,6 +47,26 @@ def test_train_writes_a_run_folder(tmp_path, capsys):
     assert "test_acc" in capsys.readouterr().out
 
 
+def test_train_checkpoints_and_resumes_like_an_uninterrupted_run(tmp_path, capsys):
+    local = [*TINY, "--mode", "local", "--stages", "2", "--chunks", "4", "--threads", "1"]
+    assert main(["train", *local, "--epochs", "6", "--out", str(tmp_path / "whole")]) == 0
+    ckpt = tmp_path / "ckpt"
+    assert main(["train", *local, "--epochs", "4", "--checkpoint", str(ckpt),
+                 "--checkpoint-every", "2", "--out", str(tmp_path / "first")]) == 0
+    assert main(["train", *local, "--epochs", "6", "--resume", str(ckpt),
+                 "--out", str(tmp_path / "rest")]) == 0
+    (whole,), (rest,) = (list((tmp_path / f).iterdir()) for f in ("whole", "rest"))
+    a, b = (pd.read_csv(f / "history.csv") for f in (whole, rest))
+    assert list(b["epoch"]) == list(a["epoch"])  # the history starts with the checkpoint's
+    assert b["loss"].tolist() == pytest.approx(a["loss"].tolist(), rel=1e-5)
+    assert main(["train", *local, "--resume", str(tmp_path / "none"), "--out",
+                 str(tmp_path / "x")]) == 2
+    assert "--resume: no checkpoint folder at" in capsys.readouterr().err
+    assert main(["train", *TINY, "--mode", "pipeline", "--stages", "2", "--restarts", "1",
+                 "--out", str(tmp_path / "y")]) == 2
+    assert "restarts" in capsys.readouterr().err and not (tmp_path / "y").exists()
+
+
 def test_bad_arguments_exit_2_without_writing(tmp_path, capsys):
     code = main(["train", "--dataset", "synthetic:500", "--model", "gcn", "--layers", "2",
                  "--mode", "local", "--stages", "5", "--out", str(tmp_path)])

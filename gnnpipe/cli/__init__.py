@@ -100,6 +100,17 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wire-dtype", default="float32", choices=list(PRECISIONS),
                    help="distributed modes: what boundary activations, gradients and halo rows "
                         "are sent in (16 bits halve the bytes) (default: float32)")
+    p.add_argument("--checkpoint", default=None,
+                   help="write checkpoints into this folder (every rank its shard, then a "
+                        "manifest; distributed: a folder every worker sees) (default: none)")
+    p.add_argument("--checkpoint-every", type=positive_int, default=10,
+                   help="epochs between checkpoints (and after the last)")
+    p.add_argument("--resume", default=None,
+                   help="continue from the newest complete checkpoint in this folder, up to "
+                        "--epochs (default: start from epoch 0)")
+    p.add_argument("--restarts", type=nonneg_int, default=0,
+                   help="distributed modes: restart every rank from the newest checkpoint this "
+                        "many times when a worker dies or a rank fails (needs --checkpoint)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads (default: torch's)")
     p.add_argument("--out", default="runs", help="folder for the run folders")

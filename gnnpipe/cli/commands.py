@@ -110,6 +110,9 @@ def run_train(args: argparse.Namespace) -> int:
         if getattr(args, flag) is None:
             setattr(args, flag, TRAIN_DEFAULTS[flag])
     out = writable_folder(args.out, "--out")
+    checkpoint = writable_folder(args.checkpoint, "--checkpoint") if args.checkpoint else None
+    if args.resume is not None and not Path(args.resume).is_dir():
+        raise CliError(f"--resume: no checkpoint folder at {args.resume}")
     viewer = dashboard_plugin() if args.dashboard else None
     if args.dashboard and viewer is None:
         raise CliError("--dashboard: the dashboard is not installed (pip install gnnpipe)")
@@ -128,7 +131,9 @@ def run_train(args: argparse.Namespace) -> int:
                 parts=args.parts, cluster=args.scheduler, eval_every=args.eval_every,
                 device=args.device, plan=plan, background=distributed,
                 recompute=args.recompute, history_dtype=args.history_dtype,
-                wire_dtype=args.wire_dtype,
+                wire_dtype=args.wire_dtype, checkpoint=checkpoint,
+                checkpoint_every=args.checkpoint_every, resume=args.resume,
+                restarts=args.restarts,
                 **({} if args.parts_per_chunk is None else
                    {"parts_per_chunk": args.parts_per_chunk}))
     server = None
