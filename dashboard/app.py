@@ -17,6 +17,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from dashboard import extension
 from dashboard.page import CURVE_NAME
 from dashboard.session import LiveView, Session
 from dashboard.stream import Snapshot, as_source
@@ -37,11 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["SLOW_VIEWS_PERIOD_S", "Dashboard"]
 
 logger = logging.getLogger(__name__)
-# In Jupyter, BokehJS and Panel's JS go into the notebook itself, so an executed notebook shows
-# its dashboards offline too (a served page loads them from the server either way).
-_IN_NOTEBOOK = "ipykernel" in sys.modules
-hv.extension("bokeh", logo=False, inline=_IN_NOTEBOOK)
-pn.extension(notifications=False, inline=_IN_NOTEBOOK)
+extension.load()
 
 #: Seconds between redraws of the views replaced whole (bytes matrix and by kind, rank shares),
 #: so a fast run does not keep a busy server re-rendering them every tick.

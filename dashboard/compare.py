@@ -10,9 +10,12 @@ import holoviews as hv
 import pandas as pd
 import panel as pn
 
+from dashboard import extension
 from dashboard.views.timeline import select_epoch, timeline_epochs, timeline_plot
 from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import Timeline
+
+extension.load()
 
 __all__ = ["Compare"]
 
@@ -99,3 +102,7 @@ class Compare:
 
     def __panel__(self) -> pn.viewable.Viewable:
         return self.panel()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        """Jupyter displays a ``Compare`` that is a cell's value as its layout."""
+        return self.panel()._repr_mimebundle_(include, exclude)

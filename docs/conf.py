@@ -41,7 +41,8 @@ extensions = [
 ]
 
 exclude_patterns = ["_build", "jupyter_execute", "**.ipynb_checkpoints", "_ext"]
-myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
+# No math extension: MathJax would load from a CDN; formulas are written out as text.
+myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
 # --- executing pages and notebooks
@@ -55,6 +56,10 @@ nb_merge_streams = True
 # a CDN) beside the plot's own HTML; the site loads BokehJS and Panel itself (html_js_files), so
 # the loader and HoloViews' private mime types are dropped.
 nb_mime_priority_overrides = [("html", "application/javascript", None)]
+# Progress bars (tqdm) are Jupyter widgets in a kernel; the site shows their text form and loads
+# no widget JavaScript (it would come from a CDN).
+nb_mime_priority_overrides += [("html", "application/vnd.jupyter.widget-view+json", None)]
+nb_ipywidgets_js: dict[str, dict[str, str]] = {}
 suppress_warnings = ["mystnb.unknown_mime_type", "mystnb.mime_priority"]
 
 # --- API reference
@@ -69,6 +74,7 @@ napoleon_use_rtype = False
 # --- HTML
 html_theme = "pydata_sphinx_theme"
 html_title = "gnnpipe"
+html_favicon = "_static/favicon.svg"
 html_static_path = ["_static"]
 html_css_files = ["gnnpipe.css"]
 html_theme_options = {

@@ -67,6 +67,21 @@ def test_train_checkpoints_and_resumes_like_an_uninterrupted_run(tmp_path, capsy
     assert "restarts" in capsys.readouterr().err and not (tmp_path / "y").exists()
 
 
+def test_demo_measures_both_graphs_and_explains_its_table(tmp_path, capsys):
+    from gnnpipe.cli.demo import COLUMNS
+
+    assert main(["demo", "--epochs", "2", "--layers", "2", "--nodes", "3000", "--large-epochs",
+                 "2", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    cora, large = out.split("\nCora: ")[1].split("\nsynthetic 3,000: ")
+    for row in ("single", "pipeline 2 x 8", "graph 2 parts"):
+        assert f"\n{row} " in cora and f"\n{row} " in large
+    assert "\nsingle, 2 threads " in large
+    assert all(f"  {name} " in out for name in COLUMNS)  # every column explained
+    assert "On Cora the pipeline took " in out and "On synthetic 3,000 nodes the pipeline" in out
+    assert len(list(tmp_path.iterdir())) == 7  # a run folder per row
+
+
 def test_bad_arguments_exit_2_without_writing(tmp_path, capsys):
     code = main(["train", "--dataset", "synthetic:500", "--model", "gcn", "--layers", "2",
                  "--mode", "local", "--stages", "5", "--out", str(tmp_path)])

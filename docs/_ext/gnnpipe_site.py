@@ -120,7 +120,23 @@ def _build_finished(app: Sphinx, error: BaseException | None) -> None:
         _write(Path(app.outdir) / "_static" / "panel" / rel, src.read_bytes())
 
 
+def _source_module(app: Sphinx, modname: str | None, attribute: str) -> str | None:
+    """The module whose source page shows ``modname.attribute``: where it is defined when that
+    is gnnpipe's or the dashboard's (re-exported names), else ``modname`` itself (an attribute
+    whose value is an ``int`` would otherwise point at ``builtins``, which has no page)."""
+    import importlib
+
+    if not modname:
+        return None
+    value: Any = importlib.import_module(modname)
+    for part in attribute.split("."):
+        value = getattr(value, part, None)
+    home = getattr(value, "__module__", None)
+    return home if isinstance(home, str) and home.startswith(("gnnpipe", "dashboard")) else modname
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("viewcode-follow-imported", _source_module)
     app.connect("builder-inited", _builder_inited)
     app.connect("html-page-context", _page_context)
     app.connect("build-finished", _build_finished)

@@ -153,47 +153,11 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """GCNII on Cora: a 2-stage GNNPipe pipeline on a local 2-worker Dask cluster, beside the
-    exact single-process reference and graph parallelism on the same cluster."""
-    import pandas as pd
-    import torch
+    """GCNII on Cora and on a larger synthetic graph: single vs a 2-stage pipeline vs graph
+    parallelism on one 2-worker Dask cluster (:mod:`gnnpipe.cli.demo`)."""
+    from gnnpipe.cli import demo
 
-    import gnnpipe as gp
-
-    out = writable_folder(args.out, "--out")
-    torch.set_num_threads(1)
-    viewer = dashboard_plugin()
-    data = gp.datasets.load("cora")
-    rows = []
-    with gp.Cluster(n_workers=2) as cluster:
-        print(f"started {cluster}")
-        for mode, kw in (("single", {}), ("pipeline", {"stages": 2, "chunks": 8}),
-                         ("graph", {"parts": 2})):
-            torch.manual_seed(0)
-            model = gp.models.gcnii(data.num_features, hidden=64, out_dim=7, layers=args.layers,
-                                    alpha=0.1, theta=0.5, dropout=0.6)
-            live = mode == "pipeline" and viewer is not None
-            run = gp.train(model, data, mode, epochs=args.epochs, lr=0.01, weight_decay=5e-4,
-                           gnn_weight_decay=0.01, seed=0, cluster=cluster, background=live, **kw)
-            if live:
-                server, url = viewer.serve_run(run)
-                print(f"live dashboard of the pipeline run: {url}", flush=True)
-            folder = finish(run, out, f"demo-{mode}")
-            if live:
-                server.stop()
-                print(f"dashboard snapshot: {viewer.snapshot(run, folder)}")
-            predicted = gp.comm_volume(model, data, mode, stages=kw.get("stages", 1),
-                                       parts=kw.get("parts", 1))
-            rows.append(run.summary().assign(predicted_bytes_per_epoch=predicted,
-                                             folder=str(folder)))
-    table = pd.concat(rows, ignore_index=True)
-    print(f"\nCora, GCNII-{args.layers}, {args.epochs} epochs, 2 Dask workers")
-    print(table.drop(columns="folder").to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    pipe, graph = table.set_index("mode").loc[["pipeline", "graph"], "comm_bytes_per_epoch"]
-    print(f"\ngraph-parallel bytes / pipeline bytes = {graph / pipe:.2f}")
-    print("runs written to:\n  " + "\n  ".join(table["folder"]))
-    print("open a trace.json in https://ui.perfetto.dev to see the stage timeline")
-    return 0
+    return demo.run(args, dashboard_plugin())
 
 
 def run_simulate(args: argparse.Namespace) -> int:

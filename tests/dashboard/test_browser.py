@@ -178,12 +178,12 @@ def _watch_large_run(cluster, browser, data, shot: Path | None, server_errors) -
 
 def test_large_graph_dashboard_in_chromium(cluster, browser, server_errors, tmp_path):
     data = gp.datasets.synthetic(50_000, avg_degree=8, num_features=16, seed=0)
-    shots = Path(os.environ.get("GNNPIPE_SCREENSHOTS", tmp_path))  # docs/ for the README
+    shots = Path(os.environ.get("GNNPIPE_SCREENSHOTS", tmp_path))  # docs/_static/ for the docs
     _watch_large_run(cluster, browser, data, shots / "dashboard_live.png", server_errors)
 
 
 def test_facebook_dashboard_in_chromium(cluster, browser, server_errors):
-    data = gp.datasets.load("facebook")  # ../shared/data is beside every checkout and CI
+    data = gp.datasets.load("facebook")  # from the suite's data root (conftest)
     _watch_large_run(cluster, browser, data, None, server_errors)
 
 
