@@ -133,8 +133,8 @@ def test_op_label_and_key() -> None:
 
 @pytest.mark.parametrize("ctor, arg", [
     (schedule.gnnpipe, "stages"), (schedule.gnnpipe, "chunks"),
-    (schedule.gpipe, "stages"), (schedule.gpipe, "microbatches"),
-    (schedule.one_f_one_b, "stages"), (schedule.one_f_one_b, "microbatches"),
+    (schedule.gpipe, "stages"), (schedule.gpipe, "chunks"),
+    (schedule.one_f_one_b, "stages"), (schedule.one_f_one_b, "chunks"),
 ])
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True, "4", None])
 def test_bad_arguments_name_the_argument(ctor, arg, bad) -> None:
@@ -199,7 +199,7 @@ def test_interleaved_grid_2_ranks_4_chunks_2_virtual() -> None:
     """)
 
 
-def test_interleaved_all_warmup_when_microbatches_equal_stages() -> None:
+def test_interleaved_all_warmup_when_chunks_equal_stages() -> None:
     assert str(schedule.interleaved_1f1b(3, 3, 2)) == grid("""
         interleaved: 6 stages, 3 chunks, 3 ranks
         step  r0   r1   r2
@@ -235,7 +235,7 @@ def test_interleaved_structure_and_validation() -> None:
     # forward before backward in the steady state.
     plain = schedule.interleaved_1f1b(3, 6, 1)
     assert [[op.kind for op in ops].index("backward") for ops in plain.ranks] == [5, 3, 1]
-    with pytest.raises(ValueError, match=r"^microbatches must be a multiple of stages \(4\), got 6"):
+    with pytest.raises(ValueError, match=r"^chunks must be a multiple of stages \(4\), got 6"):
         schedule.interleaved_1f1b(4, 6)
     with pytest.raises(ValueError, match="^virtual must be a positive int"):
         schedule.interleaved_1f1b(2, 2, 0)
@@ -278,11 +278,11 @@ def test_zb_h1_ops_and_deps() -> None:
 
 
 @pytest.mark.parametrize("ctor, arg", [
-    (schedule.interleaved_1f1b, "stages"), (schedule.interleaved_1f1b, "microbatches"),
-    (schedule.zb_h1, "stages"), (schedule.zb_h1, "microbatches"),
+    (schedule.interleaved_1f1b, "stages"), (schedule.interleaved_1f1b, "chunks"),
+    (schedule.zb_h1, "stages"), (schedule.zb_h1, "chunks"),
 ])
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True, None])
 def test_new_schedules_name_bad_arguments(ctor, arg, bad) -> None:
-    kwargs = {"stages": 2, "microbatches": 2, arg: bad}
+    kwargs = {"stages": 2, "chunks": 2, arg: bad}
     with pytest.raises(ValueError, match=rf"^{arg} must be a positive int"):
         ctor(**kwargs)

@@ -192,7 +192,7 @@ CASES = [
     # gp.schedule and gp.simulate
     (lambda e: lambda: gp.schedule.gnnpipe(0, 4), ValueError, "stages must be a positive int"),
     (lambda e: lambda: gp.schedule.gnnpipe(2, -1), ValueError, "chunks must be a positive int"),
-    (lambda e: lambda: gp.schedule.gpipe(2, 2.0), ValueError, "microbatches"),
+    (lambda e: lambda: gp.schedule.gpipe(2, 2.0), ValueError, "chunks"),
     (lambda e: lambda: gp.schedule.one_f_one_b(2, 2, step="yes"), TypeError, "step"),
     (lambda e: lambda: gp.simulate(gp.schedule.gnnpipe(2, 2), -1.0), ValueError, "costs"),
     (lambda e: lambda: gp.simulate(gp.schedule.gnnpipe(2, 2), {"forward": NAN, "backward": 1}),

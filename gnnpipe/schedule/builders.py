@@ -45,101 +45,102 @@ def gnnpipe(stages: int, chunks: int, *, step: bool = False) -> Schedule:
     return _fill_drain("gnnpipe", stages, chunks, step)
 
 
-def gpipe(stages: int, microbatches: int, *, step: bool = False) -> Schedule:
-    """GPipe: forward of all micro-batches in order, then backward in **reverse** order
-    (``M-1..0``, as autograd unwinds them in torchgpipe).
+def gpipe(stages: int, chunks: int, *, step: bool = False) -> Schedule:
+    """GPipe: forward of all chunks in order, then backward in **reverse** order
+    (``C-1..0``, as autograd unwinds them in torchgpipe).
 
     The op order equals :func:`gnnpipe`'s; the difference is in what flows: GPipe's
-    micro-batches are independent samples, GNNPipe's chunks share historical embeddings.
+    chunks (micro-batches) are independent samples, GNNPipe's share historical embeddings.
 
     Args:
         stages: Number of pipeline stages (= ranks), ``S``.
-        microbatches: Number of micro-batches, ``M``.
+        chunks: Number of chunks ``C`` (the micro-batches of sequence-model pipelines).
         step: Append one optimizer ``step`` op to each rank.
 
     Raises:
-        ValueError: If ``stages`` or ``microbatches`` is not a positive int.
+        ValueError: If ``stages`` or ``chunks`` is not a positive int.
     """
     stages = check_positive("stages", stages)
-    microbatches = check_positive("microbatches", microbatches)
-    return _fill_drain("gpipe", stages, microbatches, step)
+    chunks = check_positive("chunks", chunks)
+    return _fill_drain("gpipe", stages, chunks, step)
 
 
-def one_f_one_b(stages: int, microbatches: int, *, step: bool = False) -> Schedule:
-    """PipeDream-flush 1F1B: rank ``s`` runs ``min(S-s, M)`` warm-up forwards, then
+def one_f_one_b(stages: int, chunks: int, *, step: bool = False) -> Schedule:
+    """PipeDream-flush 1F1B: rank ``s`` runs ``min(S-s, C)`` warm-up forwards, then
     alternates one backward and one forward, then drains the remaining backwards.
 
-    Backwards run in micro-batch order ``0..M-1``; rank ``s`` keeps at most ``S-s``
-    micro-batches' activations alive, against ``M`` for GPipe.
+    Backwards run in chunk order ``0..C-1``; rank ``s`` keeps at most ``S-s`` chunks'
+    activations alive, against ``C`` for GPipe.
 
     Args:
         stages: Number of pipeline stages (= ranks), ``S``.
-        microbatches: Number of micro-batches, ``M``.
+        chunks: Number of chunks ``C`` (the micro-batches of sequence-model pipelines).
         step: Append one optimizer ``step`` op to each rank.
 
     Raises:
-        ValueError: If ``stages`` or ``microbatches`` is not a positive int.
+        ValueError: If ``stages`` or ``chunks`` is not a positive int.
     """
     stages = check_positive("stages", stages)
-    microbatches = check_positive("microbatches", microbatches)
+    chunks = check_positive("chunks", chunks)
     _check_step(step)
-    ranks = tuple(_one_f_one_b_rank(s, stages, microbatches, step, split=False)
+    ranks = tuple(_one_f_one_b_rank(s, stages, chunks, step, split=False)
                   for s in range(stages))
-    return Schedule("1f1b", stages, microbatches, ranks)
+    return Schedule("1f1b", stages, chunks, ranks)
 
 
-def _one_f_one_b_rank(s: int, stages: int, microbatches: int, step: bool,
+def _one_f_one_b_rank(s: int, stages: int, chunks: int, step: bool,
                       split: bool) -> tuple[Op, ...]:
     """Rank ``s`` of 1F1B: ``S-s`` warm-up forwards, then one backward and one forward each.
     With ``split`` (ZB-H1) the backward is the input gradient only, and the weight gradient of
     chunk ``c`` follows the backward of chunk ``c+s``; the last ``s`` fill the drain."""
-    warmup = min(stages - s, microbatches)
+    warmup = min(stages - s, chunks)
     ops = [forward_op(s, c) for c in range(warmup)]
-    for c in range(microbatches):
+    for c in range(chunks):
         ops.append(backward_op(s, c, stages))
         if split and c >= s:
             ops.append(weight_op(s, c - s))
-        if warmup + c < microbatches:
+        if warmup + c < chunks:
             ops.append(forward_op(s, warmup + c))
     if split:
-        ops += [weight_op(s, c) for c in range(max(microbatches - s, 0), microbatches)]
+        ops += [weight_op(s, c) for c in range(max(chunks - s, 0), chunks)]
     if step:
         ops.append(Op(OpKind.STEP, s, -1))
     return tuple(ops)
 
 
-def interleaved_1f1b(stages: int, microbatches: int, virtual: int = 2, *,
+def interleaved_1f1b(stages: int, chunks: int, virtual: int = 2, *,
                      step: bool = False) -> Schedule:
-    """Megatron-LM's interleaved 1F1B: each of the ``S`` ranks holds ``v`` model chunks, so the
-    model is cut into ``S·v`` (virtual) stages and stage ``k`` sits on rank ``k mod S``.
+    """Megatron-LM's interleaved 1F1B: each of the ``S`` ranks holds ``v`` stages (Megatron-LM's
+    "model chunks"), so the model is cut into ``S·v`` (virtual) stages and stage ``k`` sits on
+    rank ``k mod S``.
 
-    Micro-batches go through in groups of ``S``: a rank's ``k``-th forward is micro-batch
-    ``(k // (S·v))·S + k mod S`` on its model chunk ``(k mod S·v) // S``; backwards run the same
-    order with the model chunks reversed. Rank ``r`` warms up with ``2(S−1−r) + (v−1)·S``
-    forwards (all of them when that reaches ``M·v``), then alternates one forward and one
+    Chunks go through in groups of ``S``: a rank's ``k``-th forward is chunk
+    ``(k // (S·v))·S + k mod S`` on its stage ``(k mod S·v) // S``; backwards run the same
+    order with the stages reversed. Rank ``r`` warms up with ``2(S−1−r) + (v−1)·S``
+    forwards (all of them when that reaches ``C·v``), then alternates one forward and one
     backward, then drains. With each virtual-stage op costing ``1/v`` of a full stage's, the
-    bubble is ``(S−1)/(v·M + S−1)``: ``v`` times smaller than 1F1B's, for ``v`` times the
+    bubble is ``(S−1)/(v·C + S−1)``: ``v`` times smaller than 1F1B's, for ``v`` times the
     point-to-point messages.
 
     Args:
         stages: Number of ranks ``S`` (physical pipeline stages).
-        microbatches: Number of micro-batches ``M``, a multiple of ``S``.
-        virtual: Model chunks per rank ``v``; ``1`` gives 1F1B's op order.
+        chunks: Number of chunks ``C`` (micro-batches), a multiple of ``S``.
+        virtual: Stages per rank ``v``; ``1`` gives 1F1B's op order.
         step: Append one optimizer ``step`` op to each rank.
 
     Raises:
-        ValueError: If an argument is not a positive int, or ``microbatches`` is not a
+        ValueError: If an argument is not a positive int, or ``chunks`` is not a
             multiple of ``stages``.
     """
-    ranks_, micro = check_positive("stages", stages), check_positive("microbatches", microbatches)
+    ranks_, micro = check_positive("stages", stages), check_positive("chunks", chunks)
     v = check_positive("virtual", virtual)
     _check_step(step)
     if micro % ranks_:
-        raise ValueError(f"microbatches must be a multiple of stages ({ranks_}), got {micro}")
+        raise ValueError(f"chunks must be a multiple of stages ({ranks_}), got {micro}")
     total, group = micro * v, ranks_ * v
 
     def which(k: int, forward: bool) -> tuple[int, int]:
-        """(virtual stage index on the rank, micro-batch) of the rank's ``k``-th op."""
+        """(virtual stage index on the rank, chunk) of the rank's ``k``-th op."""
         j = (k % group) // ranks_
         return (j if forward else v - 1 - j), (k // group) * ranks_ + k % ranks_
 
@@ -161,31 +162,31 @@ def interleaved_1f1b(stages: int, microbatches: int, virtual: int = 2, *,
     return Schedule("interleaved", group, micro, tuple(ranks))
 
 
-def zb_h1(stages: int, microbatches: int, *, step: bool = False) -> Schedule:
+def zb_h1(stages: int, chunks: int, *, step: bool = False) -> Schedule:
     """ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): 1F1B with each backward split
     into ``backward`` (the input gradient, on the critical path) and ``weight`` (the weight
     gradient, which nothing downstream waits for).
 
-    Rank ``s`` keeps 1F1B's ``min(S−s, M)`` warm-up forwards and its forward/backward order, and
+    Rank ``s`` keeps 1F1B's ``min(S−s, C)`` warm-up forwards and its forward/backward order, and
     runs the weight gradient of chunk ``c`` right after the backward of chunk ``c + s``: the last
     stages put off the most ``weight`` ops, and the ``s + 1`` left after rank ``s``'s last
     backward fill the drain. Every rank keeps at most ``S`` chunks' activations (1F1B's peak,
-    counted from a forward to its ``weight``). For ``M ≥ S`` and ``T_W ≤ T_B`` each rank idles
+    counted from a forward to its ``weight``). For ``C ≥ S`` and ``T_W ≤ T_B`` each rank idles
     ``(S−1)(T_F + T_B − T_W)`` (the paper's ZB-H1 bubble; with its ``T_F = T_B = T_W`` a third of
     1F1B's ``(S−1)(T_F + T_B + T_W)``), so the bubble is
-    ``(S−1)(T_F+T_B−T_W) / (M(T_F+T_B+T_W) + (S−1)(T_F+T_B−T_W))``.
+    ``(S−1)(T_F+T_B−T_W) / (C(T_F+T_B+T_W) + (S−1)(T_F+T_B−T_W))``.
 
     Args:
         stages: Number of pipeline stages (= ranks), ``S``.
-        microbatches: Number of micro-batches, ``M``.
+        chunks: Number of chunks ``C`` (the micro-batches of sequence-model pipelines).
         step: Append one optimizer ``step`` op to each rank.
 
     Raises:
-        ValueError: If ``stages`` or ``microbatches`` is not a positive int.
+        ValueError: If ``stages`` or ``chunks`` is not a positive int.
     """
     stages = check_positive("stages", stages)
-    microbatches = check_positive("microbatches", microbatches)
+    chunks = check_positive("chunks", chunks)
     _check_step(step)
-    ranks = tuple(_one_f_one_b_rank(s, stages, microbatches, step, split=True)
+    ranks = tuple(_one_f_one_b_rank(s, stages, chunks, step, split=True)
                   for s in range(stages))
-    return Schedule("zb-h1", stages, microbatches, ranks)
+    return Schedule("zb-h1", stages, chunks, ranks)
