@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from gnnpipe import schedule
-from gnnpipe.analysis.whatif import OpCosts, bubble_formula, build, costs_from, predict, what_if
+from gnnpipe.analysis.catalogue import bubble_formula, build
+from gnnpipe.analysis.whatif import OpCosts, costs_from, predict, what_if
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.schedule.simulator import simulate
 

@@ -1,5 +1,6 @@
-"""Schedule explorer: two pipeline schedules side by side, their simulated timelines, bubbles
-beside the textbook formulas, and a step player showing what every rank runs and holds."""
+"""Schedule explorer: two pipeline schedules, one above the other on one time axis, their
+simulated timelines, bubbles beside the published formulas (with their papers and every symbol
+defined), and a player whose cursor shows what every rank runs and holds at one instant."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ import panel as pn
 import param
 
 from dashboard.views.timeline import timeline_plot
-from gnnpipe.analysis.whatif import SCHEDULES, OpCosts, bubble_formula, build, costs_from, predict
+from gnnpipe.analysis.catalogue import CATALOGUE, SYMBOLS, bubble_formula, build
+from gnnpipe.analysis.whatif import OpCosts, costs_from, predict
 from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.schedule import Schedule
 
 __all__ = ["BUILDERS", "ScheduleExplorer"]
 
-#: Schedule names the explorer offers (:data:`gnnpipe.analysis.whatif.SCHEDULES`).
-BUILDERS = SCHEDULES
+#: Schedule names the explorer offers: gnnpipe's and PyTorch's
+#: (:data:`gnnpipe.analysis.catalogue.CATALOGUE`).
+BUILDERS = CATALOGUE
 _INPUTS = ["schedule", "other", "stages", "chunks", "virtual", "forward", "backward", "comm"]
 _SIDES = ("schedule", "other")
 
@@ -40,14 +43,17 @@ class ScheduleExplorer(param.Parameterized):
 
     schedule = param.ObjectSelector(
         default="gnnpipe", objects=list(BUILDERS),
-        doc="Schedule on the left: GNNPipe's chunked fill-drain, GPipe, 1F1B (PipeDream-flush), "
-            "interleaved 1F1B (Megatron-LM) or ZB-H1 (zero bubble).")
+        doc="Schedule drawn first: GNNPipe's chunked fill-drain, GPipe, 1F1B (PipeDream-flush), "
+            "interleaved 1F1B (Megatron-LM), ZB-H1 (zero bubble), or one of PyTorch's seven "
+            "(torch:...).")
     other = param.ObjectSelector(
-        default="1f1b", objects=list(BUILDERS), doc="Schedule drawn on the right, for comparison.")
-    stages = param.Integer(default=4, bounds=(1, 16), doc="Pipeline stages S (one rank each).")
-    chunks = param.Integer(default=8, bounds=(1, 64), doc="Chunks (micro-batches) per epoch C.")
+        default="1f1b", objects=list(BUILDERS),
+        doc="Schedule drawn below it, on the same time axis, for comparison.")
+    stages = param.Integer(default=4, bounds=(1, 16), doc="Ranks S (pipeline stages).")
+    chunks = param.Integer(default=8, bounds=(1, 64), doc="Chunks per epoch C.")
     virtual = param.Integer(
-        default=2, bounds=(1, 8), doc="Model chunks per rank v (interleaved 1F1B only).")
+        default=2, bounds=(1, 8),
+        doc="Stages per rank v (interleaved, looped and V-shaped schedules only).")
     forward = param.Number(
         default=1.0, bounds=(0.0, None), softbounds=(0.0, 5.0), step=0.1,
         doc="Seconds of one forward op (one chunk at one full stage).")
@@ -149,42 +155,54 @@ class ScheduleExplorer(param.Parameterized):
         frame["held"] = tl.inflight_at(time).reindex(frame["rank"], fill_value=0).to_numpy()
         return frame
 
+    def span(self) -> float:
+        """The time axis both plots share: the longer makespan of the two schedules."""
+        spans = [r.makespan() for r in map(self._simulated, _SIDES) if isinstance(r, Timeline)]
+        return max(spans, default=1.0) or 1.0
+
     @param.depends(*_INPUTS, "step")
     def plot(self, which: str = "schedule") -> hv.Element:
-        """The simulated timeline, one lane per rank, with the player's time as a line."""
+        """The simulated timeline, one lane per rank, on the time axis both schedules share
+        (:meth:`span`), with the player's instant :meth:`now` as a dashed line."""
         result = self._simulated(which)
         title = f"{getattr(self, _side(which))}, S={self.stages}, C={self.chunks}"
         if isinstance(result, ValueError):
             return hv.Text(0, 0, str(result)).opts(title=title, xaxis=None, yaxis=None)
-        cursor = hv.VLine(self.now()).opts(color="black", line_dash="dashed", line_width=1)
-        return timeline_plot(result, title=title) * cursor
+        cursor = hv.VLine(self.now()).opts(color="black", line_dash="dashed", line_width=1.5)
+        return (timeline_plot(result, title=title) * cursor).opts(xlim=(0, self.span()))
 
     @param.depends(*_INPUTS)
     def summary(self, which: str = "schedule") -> str:
-        """Markdown: the simulated bubble beside the schedule's formula, makespan and memory."""
+        """Markdown: the schedule's paper, the simulated bubble beside its published formula,
+        the makespan and the most chunk activations a rank holds."""
         result = self._simulated(which)
+        name = getattr(self, _side(which))
         if isinstance(result, ValueError):
             return f"**{result}**"
         text, value = self._formula(which)
-        return (f"**bubble {result.bubble_fraction():.1%}** (simulated) · formula {text} = "
-                f"**{value:.1%}** · makespan {result.makespan():.4g} s · "
-                f"peak chunks in flight {int(result.peak_inflight().max())}")
+        formula = (f"published bubble {text} = **{value:.1%}**" if text else
+                   "no closed-form bubble published for these costs")
+        return (f"**{name}** — {CATALOGUE[name].paper}  \n**bubble {result.bubble_fraction():.1%}**"
+                f" (simulated) · {formula} · makespan {result.makespan():.4g} s · at most "
+                f"{int(result.peak_inflight().max())} chunk activations held by one rank")
 
     @param.depends(*_INPUTS, "step")
     def state_text(self, which: str = "schedule") -> str:
-        """Markdown table of :meth:`state` at the player's time."""
+        """Markdown table of :meth:`state` at the player's instant."""
         if isinstance(self._simulated(which), ValueError):
             return ""
         st = self.state(which)
-        head = "| rank | runs | chunk | activations held |\n|---|---|---|---|\n"
+        head = ("| rank | runs | chunk | chunk activations held |\n"
+                "|---|---|---|---|\n")
         body = "\n".join(f"| {r.rank} | {r.op} | {r.chunk if r.chunk >= 0 else '–'} | {r.held} |"
                          for r in st.itertuples())
-        return f"t = {self.now():.4g} s\n\n{head}{body}"
+        return f"{getattr(self, _side(which))} at t = {self.now():.4g} s\n\n{head}{body}"
 
     def _player(self) -> pn.widgets.Player:
-        player = pn.widgets.Player(label="time step", start=0, end=max(len(self.times()) - 1, 1),
+        player = pn.widgets.Player(label="instant (an op's start or end)", start=0,
+                                   end=max(len(self.times()) - 1, 1),
                                    value=min(self.step, len(self.times()) - 1), interval=400,
-                                   loop_policy="once", width=420)
+                                   loop_policy="once", width=380)
 
         def to_self(event: Any) -> None:
             self.step = int(event.new)
@@ -204,17 +222,28 @@ class ScheduleExplorer(param.Parameterized):
     def _column(self, which: str) -> pn.Column:
         moving = [*_INPUTS, "step"]
         plot = pn.pane.HoloViews(self._bound(self.plot, which, moving),
-                                 sizing_mode="stretch_width", backend="bokeh")
+                                 sizing_mode="stretch_width", backend="bokeh", linked_axes=False)
         text = pn.pane.Markdown(self._bound(self.summary, which, _INPUTS),
                                 sizing_mode="stretch_width")
-        table = pn.pane.Markdown(self._bound(self.state_text, which, moving))
-        return pn.Column(plot, text, table, sizing_mode="stretch_width")
+        table = pn.pane.Markdown(self._bound(self.state_text, which, moving), width=330)
+        return pn.Column(plot, pn.Row(text, table, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
 
-    def panel(self) -> pn.Row:
-        """Widgets and the player on the left; the two schedules side by side on the right."""
-        widgets = pn.Param(self, parameters=_INPUTS, name="Schedules", width=260)
-        sides = pn.Row(*(self._column(w) for w in _SIDES), sizing_mode="stretch_width")
-        return pn.Row(pn.Column(widgets, self._player()), sides, sizing_mode="stretch_width")
+    def panel(self) -> pn.Column:
+        """The widgets and the player in a row on top; the two schedules below, one above the
+        other on one time axis, each the card's full width (legible on a 1,280-px projector and
+        in a notebook cell); then what every symbol of the formulas means."""
+        widgets = pn.Param(self, parameters=_INPUTS, show_name=False, default_layout=pn.FlexBox,
+                           widgets={name: {"width": 170} for name in _INPUTS},
+                           sizing_mode="stretch_width")
+        symbols = pn.pane.Markdown(
+            "**Symbols.** " + " · ".join(f"`{k}` {v}" for k, v in SYMBOLS.items()) +
+            ". A dashed line marks the player's instant, the same on both timelines; "
+            "compute bars fill each rank's lane, transfers (with `comm` > 0) are gaps.",
+            sizing_mode="stretch_width")
+        return pn.Column(pn.Row(widgets, self._player(), sizing_mode="stretch_width"),
+                         self._column("schedule"), self._column("other"), symbols,
+                         sizing_mode="stretch_width")
 
 
 def _mean(costs: OpCosts, kind: str) -> float:

@@ -10,13 +10,18 @@ import pandas as pd
 from dashboard.style import OP_COLORS, OTHER_COLOR, legend_hook, op_legend
 from gnnpipe.core.timeline import Timeline
 
-__all__ = ["MAX_BARS", "lane_labels", "latest", "select_epoch", "timeline_epochs", "timeline_frame",
+__all__ = ["COMM_BAND", "COMM_KINDS", "COMPUTE_BAND", "MAX_BARS", "lane_labels", "latest", "select_epoch", "timeline_epochs", "timeline_frame",
            "timeline_plot"]
 
 #: Most bars drawn at once: beyond it the latest ops are kept (and the title says so).
 MAX_BARS = 20_000
 
-_LANE = 0.4  # half-height of a lane's bars, in rank units
+#: A rank's lane, in rank units around its index: compute ops (forward, backward, weight,
+#: step) fill the upper band, communication (send, recv, all-reduce) a thin band below it, so
+#: an asynchronous send that spans a rank's computing never covers a compute bar.
+COMPUTE_BAND = (-0.42, 0.16)
+COMM_BAND = (0.22, 0.42)
+COMM_KINDS = ("send", "recv", "allreduce")
 _VDIMS = ["rank", "stage", "way", "chunk", "epoch", "kind", "bytes", "peer", "color"]
 _TOOLTIPS = [
     ("rank", "@rank"), ("kind", "@kind"), ("chunk", "@chunk"), ("epoch", "@epoch"),
@@ -45,11 +50,13 @@ def select_epoch(timeline: Timeline, epoch: int) -> Timeline:
 
 
 def timeline_frame(timeline: Timeline) -> pd.DataFrame:
-    """The rows :func:`timeline_plot` draws: the timeline's columns plus the bar's lane
-    bounds (``lo``, ``hi``) and ``color``."""
+    """The rows :func:`timeline_plot` draws: the timeline's columns plus the bar's band in its
+    rank's lane (``lo``, ``hi``: :data:`COMPUTE_BAND`, or :data:`COMM_BAND` for
+    :data:`COMM_KINDS`) and ``color``."""
     df = timeline.df.copy()
-    df["lo"] = df["rank"] - _LANE
-    df["hi"] = df["rank"] + _LANE
+    comm = df["kind"].isin(COMM_KINDS)
+    df["lo"] = df["rank"] + comm.map({True: COMM_BAND[0], False: COMPUTE_BAND[0]})
+    df["hi"] = df["rank"] + comm.map({True: COMM_BAND[1], False: COMPUTE_BAND[1]})
     df["color"] = df["kind"].map(OP_COLORS).fillna(OTHER_COLOR).astype(object)
     return df
 

@@ -10,7 +10,8 @@ import pandas as pd
 import panel as pn
 
 from dashboard.views.timeline import select_epoch, timeline_epochs, timeline_plot
-from gnnpipe.analysis.whatif import build, costs_from, predict, what_if
+from gnnpipe.analysis.catalogue import build
+from gnnpipe.analysis.whatif import costs_from, predict, what_if
 from gnnpipe.core.timeline import Timeline
 
 __all__ = ["whatif_panel", "whatif_plot"]

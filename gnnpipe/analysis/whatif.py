@@ -22,56 +22,18 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from gnnpipe import schedule as schedules
+from gnnpipe.analysis.catalogue import BUILTIN, build
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.schedule import Op, Schedule
 from gnnpipe.schedule.simulator import simulate
 
 __all__ = [
-    "SCHEDULES",
     "OpCosts",
-    "bubble_formula",
-    "build",
     "costs_from",
     "epoch_times",
     "predict",
     "what_if",
 ]
-
-#: Schedule builders by name: ``builder(stages, chunks, virtual, step)``.
-SCHEDULES: dict[str, Callable[[int, int, int, bool], Schedule]] = {
-    "gnnpipe": lambda s, c, v, step: schedules.gnnpipe(s, c, step=step),
-    "gpipe": lambda s, c, v, step: schedules.gpipe(s, c, step=step),
-    "1f1b": lambda s, c, v, step: schedules.one_f_one_b(s, c, step=step),
-    "interleaved": lambda s, c, v, step: schedules.interleaved_1f1b(s, c, v, step=step),
-    "zb-h1": lambda s, c, v, step: schedules.zb_h1(s, c, step=step),
-}
-
-
-def build(name: str, stages: int, chunks: int, virtual: int = 2, step: bool = False) -> Schedule:
-    """The schedule ``name`` (a key of :data:`SCHEDULES`) for ``stages`` ranks and ``chunks``."""
-    if name not in SCHEDULES:
-        raise ValueError(f"name: expected one of {list(SCHEDULES)}, got {name!r}")
-    return SCHEDULES[name](stages, chunks, virtual, step)
-
-
-def bubble_formula(name: str, stages: int, chunks: int, virtual: int = 2,
-                   forward: float = 1.0, backward: float = 1.0) -> tuple[str, float]:
-    """``(formula, value)``: the textbook bubble of schedule ``name`` without transfer delays.
-
-    Fill-drain and 1F1B: ``(S−1)/(C+S−1)``; interleaved: ``(S−1)/(v·C+S−1)`` (``C`` a multiple of
-    ``S``); ZB-H1 with ``T_B = T_W = backward/2``: ``(S−1)·F / (C·(F+Bk) + (S−1)·F)`` (``C ≥ S``).
-    """
-    s, c, v = stages, chunks, virtual
-    if name == "interleaved":
-        return "(S−1)/(v·C+S−1)", (s - 1) / (v * c + s - 1)
-    if name == "zb-h1":
-        idle = (s - 1) * forward
-        total = c * (forward + backward) + idle
-        return "(S−1)(T_F+T_B−T_W)/(C(T_F+T_B+T_W)+(S−1)(T_F+T_B−T_W))", idle / total if total else 0.0
-    build(name, 1, 1)  # the name check
-    return "(S−1)/(C+S−1)", (s - 1) / (c + s - 1)
-
 
 @dataclass(frozen=True)
 class OpCosts:
@@ -185,7 +147,7 @@ def epoch_times(timeline: Timeline) -> pd.Series:
     return (grouped["end"].max() - grouped["start"].min()).rename("epoch_s")
 
 
-def what_if(timeline: Timeline, names: Iterable[str] = tuple(SCHEDULES),
+def what_if(timeline: Timeline, names: Iterable[str] = BUILTIN,
             chunk_counts: Iterable[int] | None = None, virtual: int = 2,
             own: str = "gnnpipe") -> pd.DataFrame:
     """Predicted epochs of ``names`` × ``chunk_counts`` with the timeline's measured costs, beside

@@ -15,13 +15,16 @@ from gnnpipe.run import Run
 from gnnpipe.schedule.simulator import simulate
 
 NAMES = ["gnnpipe", "gpipe", "1f1b", "interleaved", "zb-h1"]
+TORCH = ["torch:GPipe", "torch:1F1B", "torch:Interleaved1F1B", "torch:LoopedBFS",
+         "torch:InterleavedZeroBubble", "torch:ZBVZeroBubble", "torch:DualPipeV"]
 
 
 def test_defaults_and_param_docs() -> None:
     ex = ScheduleExplorer()
     assert (ex.schedule, ex.other, ex.stages, ex.chunks, ex.virtual) == ("gnnpipe", "1f1b", 4, 8, 2)
     assert (ex.forward, ex.backward, ex.comm, ex.step) == (1.0, 2.0, 0.0, 0)
-    assert ex.param["schedule"].objects == ex.param["other"].objects == NAMES == list(BUILDERS)
+    assert ex.param["schedule"].objects == ex.param["other"].objects == NAMES + TORCH == list(
+        BUILDERS)
     assert ex.param["stages"].bounds == (1, 16) and ex.param["chunks"].bounds == (1, 64)
     for name in ("schedule", "other", "stages", "chunks", "virtual", "forward", "backward", "comm"):
         assert ex.param[name].doc
@@ -131,18 +134,19 @@ def _titles(model) -> list[str]:
 
 def test_panel_renders_and_updates() -> None:
     ex = ScheduleExplorer()
-    row = ex.panel()
-    assert isinstance(row, pn.Row)
-    root = row.get_root()
+    column = ex.panel()
+    assert isinstance(column, pn.Column)
+    root = column.get_root()
     titles = _titles(root)
     assert any("gnnpipe, S=4, C=8" in t and "bubble 27.3%" in t for t in titles)
     assert any(t.startswith("1f1b, S=4, C=8") for t in titles)
-    controls, sides = row
-    assert len(sides) == 2  # the two schedules side by side
+    controls, first, second, symbols = column
+    assert all(isinstance(side, pn.Column) for side in (first, second))  # stacked, full width
     widgets, player = controls
     assert isinstance(player, pn.widgets.Player)
     assert player.end == len(ex.times()) - 1
     assert {"stages", "chunks", "schedule", "other", "virtual"} <= set(widgets.parameters)
+    assert all(f"`{k}`" in symbols.object for k in ("S", "C", "v", "T_F", "T_B", "T_W"))
     ex.param.update(stages=2, chunks=3)
     assert player.end == len(ex.times()) - 1
     assert any("S=2, C=3" in t and "bubble 25.0%" in t for t in _titles(root))
@@ -150,3 +154,28 @@ def test_panel_renders_and_updates() -> None:
     assert ex.step == 2
     assert "| 0 | F2 | 2 |" in ex.state_text()
     pn.panel(ex.panel()).get_root()
+
+
+def test_both_timelines_share_one_time_axis_and_cursor() -> None:
+    ex = ScheduleExplorer(schedule="gnnpipe", other="zb-h1", stages=4, chunks=8, step=20)
+    spans = [ex.timeline(w).makespan() for w in ("schedule", "other")]
+    assert spans[0] != spans[1] and ex.span() == max(spans)
+    for which in ("schedule", "other"):
+        plot = ex.plot(which)
+        assert plot.opts.get().kwargs["xlim"] == (0, ex.span())
+        cursor = next(el for el in plot.values() if isinstance(el, hv.VLine))
+        assert cursor.data == ex.now() > 0
+    assert f"t = {ex.now():.4g} s" in ex.state_text() and f"t = {ex.now():.4g} s" in ex.state_text(
+        "other")
+
+
+@pytest.mark.parametrize("name", TORCH)
+def test_every_torch_schedule_draws_with_its_paper(name: str) -> None:
+    ex = ScheduleExplorer(schedule=name, stages=4, chunks=8, virtual=2)
+    assert ex.timeline().makespan() > 0 and isinstance(ex.plot(), hv.Overlay)
+    summary = ex.summary()
+    assert "PyTorch Schedule" in summary and "bubble" in summary
+    if name in ("torch:GPipe", "torch:1F1B", "torch:Interleaved1F1B", "torch:LoopedBFS"):
+        assert ex.bubble() == pytest.approx(ex.formula(), abs=1e-9)  # forward 1, backward 2 ...
+    else:
+        assert "no closed-form bubble" in summary

@@ -12,9 +12,11 @@ from dashboard.style import OP_COLORS as KIND_COLORS
 from dashboard.style import OP_LABELS, OTHER_COLOR
 from dashboard.views import timeline as timeline_view
 from dashboard.views.timeline import (
+    COMM_KINDS,
     lane_labels,
     select_epoch,
     timeline_epochs,
+    timeline_frame,
     timeline_plot,
 )
 from gnnpipe import schedule
@@ -34,9 +36,24 @@ def test_one_rectangle_per_op_in_rank_lanes(timeline: Timeline) -> None:
     np.testing.assert_array_equal(el.dimension_values("start"), timeline.df["start"])
     np.testing.assert_array_equal(el.dimension_values("end"), timeline.df["end"])
     lo, hi = el.dimension_values("lo"), el.dimension_values("hi")
-    np.testing.assert_allclose((lo + hi) / 2, timeline.df["rank"])
-    assert (hi - lo > 0).all() and (hi - lo < 1).all()  # lanes do not overlap
+    ranks = timeline.df["rank"].to_numpy()
+    assert (lo > ranks - 0.5).all() and (hi < ranks + 0.5).all() and (hi > lo).all()  # own lane
     assert sorted(set(el.dimension_values("rank"))) == [0, 1, 2]
+
+
+def test_communication_has_its_own_band_below_compute() -> None:
+    """A send that spans the rank's computing (asynchronous) is drawn in the thin band under
+    the lane's compute bars, so no compute bar is covered."""
+    rows = [(0, "forward", 0.0, 1.0), (0, "send", 0.5, 3.0), (0, "forward", 1.0, 2.0),
+            (1, "recv", 0.0, 1.2), (1, "forward", 1.2, 2.2), (0, "allreduce", 3.0, 3.5)]
+    df = pd.DataFrame([{"rank": r, "stage": r, "way": 0, "chunk": 0, "epoch": 0, "kind": k,
+                        "start": a, "end": b, "bytes": 0, "peer": -1} for r, k, a, b in rows])
+    frame = timeline_frame(Timeline(df))
+    comm = frame["kind"].isin(COMM_KINDS)
+    assert (frame.loc[comm, "lo"] > frame.loc[~comm, "hi"].groupby(frame["rank"]).max()
+            .reindex(frame.loc[comm, "rank"]).to_numpy()).all()
+    assert (frame.loc[comm, "hi"] - frame.loc[comm, "lo"] < frame.loc[~comm, "hi"].iloc[0]
+            - frame.loc[~comm, "lo"].iloc[0]).all()  # thinner than a compute bar
 
 
 def test_colours_by_kind(timeline: Timeline) -> None:
