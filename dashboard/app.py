@@ -179,9 +179,17 @@ class Dashboard(param.Parameterized):
         # an IntSlider given an int value holds an int (param types every value as optional)
         lanes = LiveView(lambda tl: self._timeline(tl, cast(int, selector.value), num_ranks),
                          timeline)
+        relation = pn.pane.Markdown(rank_views.epoch_relation(timeline, config,
+                                                              cast(int, selector.value)),
+                                    sizing_mode="stretch_width")
+
+        def show_epoch(tl: Timeline) -> None:
+            lanes.update(tl)
+            relation.object = rank_views.epoch_relation(tl, config, cast(int, selector.value))
+
         predicted = (pn.pane.HoloViews(timeline_plot(self.predicted, title="predicted"),
                                        linked_axes=False) if self.predicted is not None else None)
-        selector.param.watch(lambda _: lanes.update(session.timeline()), "value")
+        selector.param.watch(lambda _: show_epoch(session.timeline()), "value")
         launch = self.source.launch
         predicted_bytes = launch.predicted_comm_bytes if launch is not None else None
         matrix = LiveView(lambda comm: comm_views.comm_matrix_plot(comm, num_ranks),
@@ -196,7 +204,7 @@ class Dashboard(param.Parameterized):
         grid = {"ncols": 2, "sizing_mode": "stretch_width"}
         cards = [
             pn.Card(pn.Row(losses.pane, accuracy.pane, times.pane), title="Training"),
-            pn.Card(pn.Column(selector, lanes.pane, *[p for p in [predicted] if p]),
+            pn.Card(pn.Column(selector, lanes.pane, relation, *[p for p in [predicted] if p]),
                     title="Stage timeline"),
             pn.Card(ranks.layout, title="Ranks"),
             pn.Card(pn.GridBox(matrix.pane, kinds.pane, per_epoch.pane, difference.pane, **grid),
@@ -223,7 +231,7 @@ class Dashboard(param.Parameterized):
                 if follow or self.epoch < 0:
                     selector.value = max(epochs_now)
                 else:
-                    lanes.update(tl)
+                    show_epoch(tl)
             per_epoch.update(hist)
             difference.update(hist)
             now = time.monotonic()

@@ -8,11 +8,12 @@ import holoviews.plotting.bokeh  # registers the bokeh options used below
 import pandas as pd
 
 from dashboard.style import CLASS_COLORS, categorical_ticks, percent_axis
-from gnnpipe.analysis.efficiency import CLASSES, Layout, efficiency, rank_shares
+from gnnpipe.analysis.efficiency import CLASSES, Layout, efficiency, rank_breakdown, rank_shares
 from gnnpipe.core.job import TrainConfig
 from gnnpipe.core.timeline import Timeline
 
-__all__ = ["efficiency_plot", "memory_table", "rank_figures", "shares_plot", "shares_table"]
+__all__ = ["efficiency_plot", "epoch_relation", "memory_table", "rank_figures", "shares_plot",
+           "shares_table"]
 
 _SHARE_COLUMNS = ["rank", "class", "share"]
 
@@ -79,6 +80,28 @@ def shares_table(shares: pd.DataFrame, per_epoch: pd.DataFrame) -> str:
                    + " |\n" for rank in shares.index)
     median = per_epoch["efficiency"].median() if len(per_epoch) else float("nan")
     return head + body + f"\nparallel efficiency (median over epochs): **{median:.0%}**"
+
+
+def epoch_relation(timeline: Timeline, config: TrainConfig | None, epoch: int) -> str:
+    """Markdown: one epoch's figures and how they relate (:mod:`gnnpipe.analysis.efficiency`):
+    the ranks' mean shares, the bubble ``1 − compute`` (the timeline's title) and the efficiency
+    ``(1 − bubble) × (C′ + S − 1)/C′``; ``""`` for a one-process run or an epoch not measured."""
+    layout = Layout.of(config)
+    per_rank = rank_breakdown(timeline)
+    mine = per_rank[per_rank["epoch"] == epoch]
+    if layout is None or mine.empty:
+        return ""
+    share = {c: float((mine[c] / mine["span"]).mean()) for c in CLASSES}
+    bubble = 1.0 - share["compute"]
+    stretch = layout.bubble_stretch
+    parts = " + ".join(f"{c} {share[c]:.1%}" for c in CLASSES)
+    return (f"Epoch {epoch}, the ranks' mean shares of its training span: {parts} = 100%. "
+            f"**Bubble** = 1 − compute = communication + waiting + idle = "
+            f"**{bubble:.1%}** (the timeline's title). **Efficiency** = (1 − bubble) × "
+            f"(C′+S−1)/C′ = {1 - bubble:.3f} × {stretch:.3f} = **{(1 - bubble) * stretch:.1%}** "
+            f"(the Ranks card; C′ = {layout.chunks / layout.ways:g} chunks per way, "
+            f"S = {layout.stages}). The Ranks card's table gives medians over epochs, so it "
+            "matches this epoch only roughly.")
 
 
 def memory_table(memory: pd.DataFrame) -> str:

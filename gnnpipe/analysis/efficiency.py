@@ -16,6 +16,12 @@ divided over the ranks, stretched by the fill-drain bubble: ``T1 / R × (C' + S 
 ``C'`` the chunks each pipeline way runs (``C / W``). ``T1`` is a measured one-process epoch when
 one is given (``reference``), else the ranks' compute summed (what one process would spend at the
 ranks' own speed, so a slow rank environment does not show up as lost efficiency then).
+
+How the figures relate, per epoch (``c``, ``m``, ``w``, ``i`` the ranks' mean shares):
+``c + m + w + i = 1``; the epoch's **bubble** (``Timeline.bubble_fraction`` of its ops, the
+timeline's title) is ``1 − c = m + w + i``; and without ``reference`` the **efficiency** is
+``(1 − bubble) × (C' + S − 1) / C'``, since the ideal is then the summed compute ÷ ``R`` times
+that stretch.
 """
 
 from __future__ import annotations
@@ -87,17 +93,11 @@ def _classify(ops: pd.DataFrame, lo: float, hi: float) -> list[float]:
     return totals
 
 
-def _training_ops(timeline: Timeline) -> pd.DataFrame:
-    """Ops of training: every op but evaluation's transfers (rows without a chunk)."""
-    df = timeline.df
-    transfer = df["kind"].isin(["send", "recv"])
-    return df[~transfer | (df["chunk"] >= 0)]
-
-
 def rank_breakdown(timeline: Timeline) -> pd.DataFrame:
-    """Per (epoch, rank): the epoch's span over all ranks and the seconds of each class."""
+    """Per (epoch, rank): the epoch's span over all ranks and the seconds of each class
+    (training ops: :meth:`~gnnpipe.core.timeline.Timeline.training`)."""
     rows = []
-    for epoch, ops in _training_ops(timeline).groupby("epoch"):
+    for epoch, ops in timeline.training().df.groupby("epoch"):
         lo, hi = float(ops["start"].min()), float(ops["end"].max())
         for rank, mine in ops.groupby("rank"):
             rows.append({"epoch": int(epoch), "rank": int(rank), "span": hi - lo,

@@ -24,9 +24,9 @@ KINDS: tuple[OpKind, ...] = tuple(OpKind)
 #: Op kinds a schedule may hold (``idle`` is a Timeline-only kind).
 SCHEDULE_KINDS: tuple[OpKind, ...] = tuple(k for k in OpKind if k is not OpKind.IDLE)
 
-#: Op kinds during which a rank is busy; the rest of its time is the bubble.
-BUSY_KINDS: tuple[OpKind, ...] = (OpKind.FORWARD, OpKind.BACKWARD, OpKind.WEIGHT, OpKind.STEP,
-                                  OpKind.ALLREDUCE)
+#: Op kinds during which a rank computes; the rest of its training time is the bubble (its
+#: communication, waiting and idle time: ``gnnpipe.analysis.efficiency`` classifies them).
+BUSY_KINDS: tuple[OpKind, ...] = (OpKind.FORWARD, OpKind.BACKWARD, OpKind.WEIGHT, OpKind.STEP)
 
 _DTYPES = {
     "rank": "int64", "stage": "int64", "way": "int64", "chunk": "int64", "epoch": "int64",
@@ -109,9 +109,16 @@ class Timeline:
             return 0.0
         return float(self.df["end"].max() - self.df["start"].min())
 
+    def training(self) -> Timeline:
+        """The training ops: every row but evaluation's transfers (sends and receives without a
+        chunk), which come after an epoch's training."""
+        df = self.df
+        return Timeline(df[~df["kind"].isin(["send", "recv"]) | (df["chunk"] >= 0)])
+
     def busy_time(self) -> pd.Series:
-        """Seconds each rank spends computing (forward, backward, step, all-reduce), counting
-        overlapping ops once. Sends overlap compute and receives are waits, so neither counts."""
+        """Seconds each rank spends computing (forward, backward, weight gradient, optimizer
+        step), counting overlapping ops once. Sends overlap compute, receives are waits and an
+        all-reduce is communication, so none of them counts."""
         work = self.df[self.df["kind"].isin(BUSY_KINDS)]
         busy = {r: _union_length(g[["start", "end"]]) for r, g in work.groupby("rank")}
         ranks = sorted(self.df["rank"].unique())
@@ -119,17 +126,16 @@ class Timeline:
                          dtype="float64")
 
     def bubble_fraction(self) -> float:
-        """Idle rank-time over ``ranks × makespan`` (the mean of :meth:`bubble_by_rank`)."""
-        span = self.makespan()
-        if span <= 0:
-            return 0.0
-        ranks = self.df["rank"].nunique()
-        return float(1.0 - self.busy_time().sum() / (ranks * span))
+        """Rank-time not computing over ``ranks × span`` of the training ops (:meth:`training`;
+        the mean of :meth:`bubble_by_rank`). For one measured epoch it is ``1 − compute`` of the
+        ranks' mean shares (``communication + waiting + idle``,
+        :func:`gnnpipe.analysis.efficiency.rank_breakdown`)."""
+        return float(self.bubble_by_rank().mean()) if len(self) else 0.0
 
     def bubble_by_rank(self) -> pd.Series:
-        """Each rank's idle share of the makespan: ``1 − busy_time / makespan``."""
-        span = self.makespan()
-        busy = self.busy_time()
+        """Each rank's share of the training span not computing: ``1 − busy_time / span``."""
+        work = self.training()
+        span, busy = work.makespan(), work.busy_time()
         return (1.0 - busy / span if span > 0 else busy * 0.0).rename("bubble")
 
     def to_json(self, path: str | Path) -> Path:

@@ -68,3 +68,32 @@ def test_efficiency_curve_and_table(timeline) -> None:
     table = shares_table(shares, per_epoch)
     assert table.count("\n| ") == 3 and f"**{median:.0%}**" in table
     hv.render(efficiency_plot(per_epoch.iloc[:0]), backend="bokeh")
+
+
+def test_one_epochs_bubble_shares_and_efficiency_agree_on_a_real_run(cluster, small_graph):
+    """A real 2-stage pipeline: per epoch, the timeline title's bubble is 1 − the ranks' mean
+    compute share (= communication + waiting + idle), and the Ranks card's efficiency is
+    (1 − bubble) × (C′+S−1)/C′; the Stage timeline card's text states both with these values."""
+    import gnnpipe as gp
+    from dashboard.views.ranks import epoch_relation
+    from dashboard.views.timeline import select_epoch, timeline_plot
+    from gnnpipe.analysis.efficiency import rank_breakdown
+
+    model = gp.models.gcn(small_graph.num_features, hidden=16, out_dim=4, layers=4)
+    run = gp.train(model, small_graph, "pipeline", stages=2, chunks=4, epochs=4, cluster=cluster,
+                   progress=False)
+    per_rank, per_epoch = rank_breakdown(run.timeline), run.efficiency().set_index("epoch")
+    stretch = Layout.of(run.config).bubble_stretch
+    for epoch in range(1, 4):
+        mine = per_rank[per_rank["epoch"] == epoch]
+        shares = {c: (mine[c] / mine["span"]).mean() for c in CLASSES}
+        assert sum(shares.values()) == pytest.approx(1.0)
+        bubble = select_epoch(run.timeline, epoch).bubble_fraction()
+        assert bubble == pytest.approx(1 - shares["compute"], abs=1e-9)
+        assert bubble == pytest.approx(shares["communication"] + shares["waiting"]
+                                       + shares["idle"], abs=1e-9)
+        assert per_epoch.loc[epoch, "efficiency"] == pytest.approx((1 - bubble) * stretch)
+        text = epoch_relation(run.timeline, run.config, epoch)
+        assert f"**{bubble:.1%}**" in text and f"**{(1 - bubble) * stretch:.1%}**" in text
+        title = timeline_plot(select_epoch(run.timeline, epoch)).opts.get().kwargs["title"]
+        assert title.endswith(f"bubble {bubble:.1%}")
