@@ -152,6 +152,7 @@ class Dashboard(param.Parameterized):
 
     def __init__(self, source: Any = None, predicted: Timeline | None = None, **params: Any) -> None:
         super().__init__(**params)
+        self._run = source
         self.source = as_source(source) if source is not None else None
         self.predicted = predicted
 
@@ -242,6 +243,7 @@ class Dashboard(param.Parameterized):
                 kinds.update(comm)
                 ranks.update(tl, session.memory())
             if session.final is not None:  # the run ended: this was the last update
+                whatif.objects = [whatif_panel(tl)]  # built from the whole run's timeline
                 periodic[0].stop()
 
         layout = pn.Column(header, *cards, sizing_mode="stretch_width")
@@ -289,8 +291,26 @@ class Dashboard(param.Parameterized):
         return self.panel()
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
-        """Jupyter displays a ``Dashboard`` that is a cell's value as its live layout."""
+        """The layout's MIME bundle, for front ends that ask for one (IPython uses
+        :meth:`_ipython_display_`)."""
         return self.panel()._repr_mimebundle_(include, exclude)
+
+    def _ipython_display_(self) -> None:
+        """Jupyter displays a ``Dashboard`` that is a cell's value as its live layout; for a run
+        still training it redraws that output once the run ends (when a cell waits for it,
+        ``run.wait()``), so a saved or exported notebook shows the finished run, not its start."""
+        from IPython.display import display, update_display
+
+        data, metadata = self.panel()._repr_mimebundle_()
+        handle = display(data, metadata=metadata, raw=True, display_id=True)
+        when_done = getattr(self._run, "when_done", None)
+        if handle is not None and callable(when_done):  # at once if it ended meanwhile
+            def redraw(run: Any) -> None:  # a new Dashboard: the finished run's snapshot
+                final, meta = Dashboard(run, self.predicted, title=self.title).panel(
+                    )._repr_mimebundle_()
+                update_display(final, metadata=meta, raw=True, display_id=handle.display_id)
+
+            when_done(redraw)
 
     def servable(self, title: str | None = None) -> pn.viewable.Viewable:
         return self.panel().servable(title=title or self.title)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,22 @@ def cluster():
     """A real local Dask cluster of 4 worker processes, shared by the tests that ask for it."""
     with gp.Cluster(n_workers=4) as c:
         yield c
+
+
+#: Debian's Chromium (.ci/run installs it), which Playwright drives for the browser tests.
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium through Playwright, one for the session (each test opens its pages)."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM}: .ci/run installs Debian's chromium package")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()

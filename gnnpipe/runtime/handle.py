@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -85,6 +86,7 @@ class DistributedRun(RunResults):
         self._attempt = 0
         self._event_rows = recovery.events()
         self._listeners: list[Any] = []
+        self._when_done: list[Callable[[DistributedRun], None]] = []
         self._lock = threading.Lock()
         self._error: BaseException | None = None  # read by the dashboard
         self._finished = threading.Event()
@@ -141,9 +143,28 @@ class DistributedRun(RunResults):
     def wait(self, timeout: float | None = None) -> DistributedRun:
         if not self._finished.wait(timeout):
             raise TimeoutError(f"run still training after {timeout} s")
+        self._call_when_done()
         if self._error is not None:
             raise self._error
         return self
+
+    def when_done(self, callback: Callable[[DistributedRun], None]) -> None:
+        """Call ``callback(run)`` once the run has ended, in the thread whose :meth:`wait` sees
+        it end (at once if it already has and is waited on): a notebook's dashboard redraws its
+        cell's output with the finished run there, while the cell that waits still runs."""
+        with self._lock:
+            self._when_done.append(callback)
+        if self.done:
+            self._call_when_done()
+
+    def _call_when_done(self) -> None:
+        with self._lock:
+            callbacks, self._when_done = self._when_done, []
+        for callback in callbacks:
+            try:
+                callback(self)
+            except Exception:  # a broken viewer must never break the run
+                logger.exception("when_done callback failed")
 
     def stop(self) -> None:
         """Ask every rank to stop at the end of the current epoch; nothing once the run ended

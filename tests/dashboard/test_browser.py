@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -16,7 +15,6 @@ import gnnpipe as gp
 from dashboard.app import Dashboard
 from dashboard.page import CURVE_POINTS, FIGURE_IDS, TITLES
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 VIEWS = ["Training", "Stage timeline", "Ranks", "Communication", "Partitions",
          "Schedule explorer"]
 #: Canvases when every card drew: 3 training, 1 timeline, 2 ranks, 4 communication,
@@ -25,20 +23,6 @@ MIN_CANVASES = 15
 
 def _title_starting(page, prefix: str) -> str:
     return next((t for t in page.evaluate(TITLES) if t.startswith(prefix)), "")
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: .ci/run installs Debian's chromium package")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        yield b
-        b.close()
 
 
 def _stop(run, cluster) -> None:

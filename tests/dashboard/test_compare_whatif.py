@@ -70,5 +70,9 @@ def test_whatif_panel_renders_with_predicted_beside_measured() -> None:
     # The run's own costs predict its own epoch exactly: the same makespan in both titles.
     predicted = [t for t in titles if t.startswith("predicted")]
     assert predicted and f"makespan {tl.makespan():.4g} s" in predicted[0]
+    measured_pane, _predicted = [p for p in view if isinstance(p, pn.pane.HoloViews)][1:]
+    assert isinstance(measured_pane.object, hv.Overlay | hv.Rectangles)  # two plots, no Layout
+    note = next(p.object for p in view if isinstance(p, pn.pane.Markdown))
+    assert f"Measured {tl.makespan():.4g} s against predicted {tl.makespan():.4g} s" in note
     graph = Run(TrainConfig.from_dict({"mode": "graph"})).timeline
     assert "What if needs" in whatif_panel(graph).object

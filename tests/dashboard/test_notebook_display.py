@@ -37,7 +37,8 @@ def test_dashboard_is_a_cells_value_and_renders_offline(tmp_path, monkeypatch) -
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SETUP),
                                          nbformat.v4.new_code_cell(RUN)])
     NotebookClient(nb, timeout=240, kernel_name=_kernel(tmp_path, monkeypatch)).execute()
-    shown = [o for o in nb.cells[1].outputs if o.output_type == "execute_result"]
+    shown = [o for o in nb.cells[1].outputs if o.output_type == "display_data"
+             and "text/html" in o.get("data", {})]
     assert len(shown) == 1, nb.cells[1].outputs
     data = shown[0]["data"]
     assert "application/vnd.holoviews_exec.v0+json" in data, sorted(data)
@@ -51,13 +52,36 @@ def test_dashboard_is_a_cells_value_and_renders_offline(tmp_path, monkeypatch) -
     assert not remote, f"the notebook loads resources remotely: {remote[:3]}"
 
 
+LIVE = """\
+g = gp.datasets.synthetic(num_nodes=400, avg_degree=6, num_classes=3, num_features=8, seed=0)
+run = gp.train(gp.models.gcn(8, hidden=8, out_dim=3, layers=4), g, "pipeline", stages=2,
+               chunks=4, epochs=40, background=True, progress=False)
+Dashboard(run)
+"""
+
+
 @pytest.mark.timeout(420)
-def test_exported_notebook_renders_offline_in_chromium(tmp_path, monkeypatch) -> None:
+def test_a_notebook_of_a_live_run_keeps_the_finished_run(tmp_path, monkeypatch) -> None:
+    """The dashboard of a run still training is drawn as it was; once a later cell waits for
+    the run, the output is redrawn with the finished run: the saved notebook shows its last
+    epoch (and Compare, a cell's value, renders too)."""
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(SETUP), nbformat.v4.new_code_cell(LIVE),
+        nbformat.v4.new_code_cell("run.wait()\nfrom dashboard import Compare\nCompare(run, run)")])
+    NotebookClient(nb, timeout=300, kernel_name=_kernel(tmp_path, monkeypatch)).execute()
+    (shown,) = [o for o in nb.cells[1].outputs if "text/html" in o.get("data", {})]
+    html = shown["data"]["text/html"]
+    assert "epoch 40 / 40" in html, re.findall(r"epoch \d+ / \d+", html)
+    assert "measured, epoch 39" in html
+    compare = [o for o in nb.cells[2].outputs if "text/html" in o.get("data", {})]
+    assert compare and "epoch_time_s" in compare[0]["data"]["text/html"]
+
+
+@pytest.mark.timeout(420)
+def test_exported_notebook_renders_offline_in_chromium(tmp_path, monkeypatch, browser) -> None:
     """The executed notebook exported to HTML (nbconvert) draws the dashboard in headless
     Chromium with every network request refused: only what the file itself holds renders."""
     from nbconvert import HTMLExporter
-    from playwright.sync_api import sync_playwright
-    from test_browser import CHROMIUM
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SETUP),
                                          nbformat.v4.new_code_cell(RUN)])
@@ -65,10 +89,8 @@ def test_exported_notebook_renders_offline_in_chromium(tmp_path, monkeypatch) ->
     page_file = tmp_path / "dashboard.html"
     page_file.write_text(HTMLExporter().from_notebook_node(nb)[0])
     refused: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page()
+    page = browser.new_page()
+    try:
 
         def route(r):
             if r.request.url.startswith("file://"):
@@ -86,7 +108,8 @@ def test_exported_notebook_renders_offline_in_chromium(tmp_path, monkeypatch) ->
         canvases = page.locator("canvas").count()  # (locators see into Bokeh's shadow DOM)
         titles = page.evaluate("""() => [...window.Bokeh.documents].flatMap(d =>
             [...d.all_models].filter(m => m.type === 'Title').map(m => m.text))""")
-        browser.close()
+    finally:
+        page.close()
     assert canvases >= 6
     assert any("measured, epoch" in t for t in titles), titles
     assert not [e for e in errors if "Bokeh" in e or "bokeh" in e], errors

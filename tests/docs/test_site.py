@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import http.server
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -23,7 +22,6 @@ import gnnpipe as gp
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "docs" / "_build" / "html"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 #: Folders of the built site that are not pages (assets, sources, the search index).
 NOT_PAGES = ("_static", "_sources", "_images", ".doctrees", "jupyter_execute")
 
@@ -63,20 +61,6 @@ def url(site: Path):
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: .ci/run installs Debian's chromium package")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        yield b
-        b.close()
 
 
 def _pages(site: Path) -> list[Path]:
