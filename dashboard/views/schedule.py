@@ -234,7 +234,9 @@ class ScheduleExplorer(param.Parameterized):
         other on one time axis, each the card's full width (legible on a 1,280-px projector and
         in a notebook cell); then what every symbol of the formulas means."""
         widgets = pn.Param(self, parameters=_INPUTS, show_name=False, default_layout=pn.FlexBox,
-                           widgets={name: {"width": 170} for name in _INPUTS},
+                           widgets={name: {"width": 170, **({"format": "0.[0000]"} if name in
+                                                            ("forward", "backward", "comm")
+                                                            else {})} for name in _INPUTS},
                            sizing_mode="stretch_width")
         symbols = pn.pane.Markdown(
             "**Symbols.** " + " · ".join(f"`{k}` {v}" for k, v in SYMBOLS.items()) +

@@ -5,6 +5,7 @@ run on one 2-worker Dask cluster, and a table that says what its columns mean.""
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,14 +82,14 @@ def _train(case: Case, layers: int, cluster: Any, out: Path, viewer: Any) -> Non
         torch.set_num_threads(options.get("threads", 1))
         run = gp.train(model, case.data, mode, epochs=case.epochs, lr=0.01, weight_decay=5e-4,
                        gnn_weight_decay=0.01, eval_every=case.eval_every, background=live,
-                       progress=not live, **where, **layout)
+                       progress=not live and sys.stderr.isatty(), **where, **layout)
         torch.set_num_threads(1)
         server = None
         if live:
             server, url = viewer.serve_run(run)
             print(f"live dashboard of the {case.name} pipeline: {url}", flush=True)
         slug = "-".join(f"{case.name.split()[0]} {label}".replace(",", "").split())
-        folder = finish(run, out, f"demo-{slug}")
+        folder = finish(run, out, f"demo-{slug}", progress=sys.stderr.isatty())
         if server is not None:
             server.stop()
             print(f"dashboard snapshot: {viewer.snapshot(run, folder)}")
