@@ -164,7 +164,12 @@ class Dashboard(param.Parameterized):
             return pn.Column(pn.pane.Markdown(f"# {self.title}: schedule explorer"), explorer)
         session = Session(self.source)
         run = Snapshot(self.source.config, pd.DataFrame(), session.timeline(), pd.DataFrame(), True)
-        explorer = pn.Card(ScheduleExplorer.for_run(run).panel(), title="Schedule explorer")
+        explorer = pn.Card(pn.pane.Markdown(
+            "Opened on this run's stages, chunks and *mean* forward, backward and transfer "
+            "seconds, every op costing the same: a teaching model, so its makespan differs from "
+            "the measured epoch. The What if card replays every op's own measured cost.",
+            sizing_mode="stretch_width"), ScheduleExplorer.for_run(run).panel(),
+            title="Schedule explorer")
         whatif = pn.Card(whatif_panel(session.timeline()), title="What if", collapsed=True)
         history, timeline = session.history(), session.timeline()
         config = self.source.config

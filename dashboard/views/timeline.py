@@ -10,11 +10,13 @@ import pandas as pd
 from dashboard.style import OP_COLORS, OTHER_COLOR, legend_hook, op_legend
 from gnnpipe.core.timeline import Timeline
 
-__all__ = ["COMM_BAND", "COMM_KINDS", "COMPUTE_BAND", "MAX_BARS", "lane_labels", "latest", "select_epoch", "timeline_epochs", "timeline_frame",
+__all__ = ["COMM_BAND", "COMM_KINDS", "COMPUTE_BAND", "LAYOUT_WIDTH", "MAX_BARS", "lane_labels", "latest", "select_epoch", "timeline_epochs", "timeline_frame",
            "timeline_plot"]
 
 #: Most bars drawn at once: beyond it the latest ops are kept (and the title says so).
 MAX_BARS = 20_000
+#: Width in px of each plot of a measured-beside-predicted pair (fits a ~1,000-px notebook cell).
+LAYOUT_WIDTH = 900
 
 #: A rank's lane, in rank units around its index: compute ops (forward, backward, weight,
 #: step) fill the upper band, communication (send, recv, all-reduce) a thin band below it, so
@@ -132,4 +134,8 @@ def timeline_plot(timeline: Timeline, title: str | None = None,
     if predicted is None:
         return main
     other = _rectangles(predicted, _title(predicted, "predicted"))
-    return (main + other).cols(1)
+    # a Layout of responsive plots collapses to no width (in a notebook and in a Panel pane):
+    # the two are drawn at a fixed width that fits a notebook cell, on one time axis
+    span = (0, max(timeline.makespan(), predicted.makespan()) or 1.0)
+    return (main.opts(responsive=False, width=LAYOUT_WIDTH, xlim=span)
+            + other.opts(responsive=False, width=LAYOUT_WIDTH, xlim=span)).cols(1)
