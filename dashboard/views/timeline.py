@@ -10,8 +10,8 @@ import pandas as pd
 from dashboard.style import OP_COLORS, OTHER_COLOR, legend_hook, op_legend
 from gnnpipe.core.timeline import Timeline
 
-__all__ = ["COMM_BAND", "COMM_KINDS", "COMPUTE_BAND", "LAYOUT_WIDTH", "MAX_BARS", "lane_labels", "latest", "select_epoch", "timeline_epochs", "timeline_frame",
-           "timeline_plot"]
+__all__ = ["COMM_BAND", "COMM_KINDS", "COMPUTE_BAND", "LAYOUT_WIDTH", "MAX_BARS", "lane_labels",
+           "latest", "select_epoch", "timeline_epochs", "timeline_frame", "timeline_plot"]
 
 #: Most bars drawn at once: beyond it the latest ops are kept (and the title says so).
 MAX_BARS = 20_000

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from gnnpipe import schedule as schedules
 from gnnpipe.schedule import Schedule
 
-__all__ = ["BUILTIN", "CATALOGUE", "SYMBOLS", "Entry", "bubble_formula", "build"]
+__all__ = ["BUILTIN", "CATALOGUE", "SYMBOLS", "Bubble", "Entry", "bubble_formula", "build"]
 
 #: What each symbol of a formula means.
 SYMBOLS: dict[str, str] = {
@@ -29,33 +29,36 @@ SYMBOLS: dict[str, str] = {
     "bubble": "share of rank-time not computing: 1 − busy ÷ (ranks × makespan)",
 }
 
-_FILL_DRAIN = "(S−1)/(C+S−1)"
-_INTERLEAVED = "(S−1)/(v·C+S−1)"
+def _fill_drain(s: int, c: int, v: int, forward: float, backward: float) -> float:
+    return (s - 1) / (c + s - 1)
+
+
+def _interleaved(s: int, c: int, v: int, forward: float, backward: float) -> float:
+    return (s - 1) / (v * c + s - 1)
+
+
+def _zb_h1(s: int, c: int, v: int, forward: float, backward: float) -> float:
+    """With ``T_B = T_W = backward / 2``: ``(S−1)·T_F`` idle per rank."""
+    idle = (s - 1) * forward
+    total = c * (forward + backward) + idle
+    return idle / total if total else 0.0
+
+
+#: A published bubble: its text and its value ``(S, C, v, T_F, T_B + T_W) -> share``.
+Bubble = tuple[str, Callable[[int, int, int, float, float], float]]
+_FILL_DRAIN: Bubble = ("(S−1)/(C+S−1)", _fill_drain)
+_INTERLEAVED: Bubble = ("(S−1)/(v·C+S−1)", _interleaved)
+_ZB: Bubble = ("(S−1)(T_F+T_B−T_W)/(C(T_F+T_B+T_W)+(S−1)(T_F+T_B−T_W))", _zb_h1)
 
 
 @dataclass(frozen=True)
 class Entry:
-    """A schedule the explorer offers: how to build it, where it comes from, its bubble."""
+    """A schedule the explorer offers: how to build it, where it comes from, and its published
+    bubble for equal op costs (``None``: no closed form for these costs)."""
 
     build: Callable[[int, int, int, bool], Schedule]
     paper: str
-    formula: str = ""
-    #: True: several stages per rank (``virtual`` applies); False: one
-    virtual: bool = False
-
-    def bubble(self, stages: int, chunks: int, virtual: int, forward: float,
-               backward: float) -> float:
-        """The formula's value (NaN where no closed form is published)."""
-        s, c, v = stages, chunks, virtual
-        if self.formula == _FILL_DRAIN:
-            return (s - 1) / (c + s - 1)
-        if self.formula == _INTERLEAVED:
-            return (s - 1) / (v * c + s - 1)
-        if self.formula.startswith("(S−1)(T_F+T_B−T_W)"):  # ZB-H1 with T_B = T_W = backward / 2
-            idle = (s - 1) * forward
-            total = c * (forward + backward) + idle
-            return idle / total if total else 0.0
-        return math.nan
+    bubble: Bubble | None = None
 
 
 def _torch(name: str, several: bool) -> Callable[[int, int, int, bool], Schedule]:
@@ -64,7 +67,6 @@ def _torch(name: str, several: bool) -> Callable[[int, int, int, bool], Schedule
 
 #: gnnpipe's own schedules, the ones a run's measured costs can be replayed under (what-if).
 BUILTIN = ("gnnpipe", "gpipe", "1f1b", "interleaved", "zb-h1")
-_ZB = "(S−1)(T_F+T_B−T_W)/(C(T_F+T_B+T_W)+(S−1)(T_F+T_B−T_W))"
 CATALOGUE: dict[str, Entry] = {
     "gnnpipe": Entry(lambda s, c, v, step: schedules.gnnpipe(s, c, step=step),
                      "GNNPipe: Chen et al., 2023 (fill-drain over graph chunks)", _FILL_DRAIN),
@@ -74,7 +76,7 @@ CATALOGUE: dict[str, Entry] = {
                   "PipeDream-flush 1F1B: Narayanan et al., ICML 2021", _FILL_DRAIN),
     "interleaved": Entry(lambda s, c, v, step: schedules.interleaved_1f1b(s, c, v, step=step),
                          "interleaved 1F1B (Megatron-LM): Narayanan et al., SC 2021",
-                         _INTERLEAVED, virtual=True),
+                         _INTERLEAVED),
     "zb-h1": Entry(lambda s, c, v, step: schedules.zb_h1(s, c, step=step),
                    "ZB-H1: Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024", _ZB),
     "torch:GPipe": Entry(_torch("GPipe", False), "PyTorch ScheduleGPipe (GPipe, Huang et al. "
@@ -83,16 +85,15 @@ CATALOGUE: dict[str, Entry] = {
                         _FILL_DRAIN),
     "torch:Interleaved1F1B": Entry(_torch("Interleaved1F1B", True), "PyTorch "
                                    "ScheduleInterleaved1F1B (Narayanan et al., SC 2021)",
-                                   _INTERLEAVED, virtual=True),
+                                   _INTERLEAVED),
     "torch:LoopedBFS": Entry(_torch("LoopedBFS", True), "PyTorch ScheduleLoopedBFS "
-                             "(breadth-first: Lamy-Poirier, 2023)", _INTERLEAVED, virtual=True),
+                             "(breadth-first: Lamy-Poirier, 2023)", _INTERLEAVED),
     "torch:InterleavedZeroBubble": Entry(_torch("InterleavedZeroBubble", True), "PyTorch "
-                                         "ScheduleInterleavedZeroBubble (Qi et al., ICLR 2024)",
-                                         virtual=True),
+                                         "ScheduleInterleavedZeroBubble (Qi et al., ICLR 2024)"),
     "torch:ZBVZeroBubble": Entry(_torch("ZBVZeroBubble", True), "PyTorch ScheduleZBVZeroBubble "
-                                 "(ZB-V: Qi et al., ICLR 2024)", virtual=True),
+                                 "(ZB-V: Qi et al., ICLR 2024)"),
     "torch:DualPipeV": Entry(_torch("DualPipeV", True), "PyTorch ScheduleDualPipeV (DualPipe: "
-                             "DeepSeek-AI, DeepSeek-V3 report, 2024)", virtual=True),
+                             "DeepSeek-AI, DeepSeek-V3 report, 2024)"),
 }
 
 
@@ -111,5 +112,8 @@ def bubble_formula(name: str, stages: int, chunks: int, virtual: int = 2,
     published for these costs."""
     if name not in CATALOGUE:
         raise ValueError(f"name: expected one of {list(CATALOGUE)}, got {name!r}")
-    entry = CATALOGUE[name]
-    return entry.formula, entry.bubble(stages, chunks, virtual, forward, backward)
+    bubble = CATALOGUE[name].bubble
+    if bubble is None:
+        return "", math.nan
+    text, value = bubble
+    return text, value(stages, chunks, virtual, forward, backward)
