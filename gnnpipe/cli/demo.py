@@ -24,7 +24,9 @@ COLUMNS = {
     "efficiency": "ideal / measured epoch (docs/concepts/efficiency.md): 100% loses only the "
                   "pipeline's fill-and-drain bubble",
     "peak MiB": "the most memory one rank (or this process) added while training; 'need' is "
-                "gp.estimate_memory's prediction of it, made before the run",
+                "gp.estimate_memory's prediction of it, made before the run (single's peak is "
+                "higher: this process keeps freed blocks in glibc's heap, "
+                "docs/concepts/memory.md)",
 }
 
 
@@ -108,7 +110,8 @@ def _print(case: Case, table: Any, layers: int) -> None:
     print(f"\n{case.name}: GCNII-{layers}, hidden 64, {case.epochs} epochs, "
           f"{case.data.num_nodes:,} nodes, {case.data.num_edges:,} edges")
     shown = table.drop(columns="folder")
-    print(shown.to_string(float_format=lambda v: f"{v:.3g}", na_rep="-"))
+    print(shown.to_string(float_format=lambda v: f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}",
+                          na_rep="-"))
 
 
 def _explain(small: Any, large: Any, large_case: Case) -> None:
