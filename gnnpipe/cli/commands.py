@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,7 @@ def run_train(args: argparse.Namespace) -> int:
                 recompute=args.recompute, history_dtype=args.history_dtype,
                 wire_dtype=args.wire_dtype, checkpoint=checkpoint,
                 checkpoint_every=args.checkpoint_every, resume=args.resume,
-                restarts=args.restarts,
+                restarts=args.restarts, progress=sys.stderr.isatty(),
                 **({} if args.parts_per_chunk is None else
                    {"parts_per_chunk": args.parts_per_chunk}))
     server = None
@@ -141,7 +142,7 @@ def run_train(args: argparse.Namespace) -> int:
         server, url = viewer.serve_run(run)
         print(f"dashboard at {url}", flush=True)
     try:
-        folder = finish(run, out, args.mode)
+        folder = finish(run, out, args.mode, progress=sys.stderr.isatty())
         if viewer is not None:
             print(f"dashboard snapshot: {viewer.snapshot(run, folder)}")
     finally:
