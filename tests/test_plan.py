@@ -13,7 +13,14 @@ import torch
 
 import gnnpipe as gp
 from gnnpipe.cli import main
-from gnnpipe.plan import Profile, chunk_candidates, parse_bytes, profile_model, split_stages
+from gnnpipe.plan import (
+    Profile,
+    chunk_candidates,
+    memory_costs,
+    parse_bytes,
+    profile_model,
+    split_stages,
+)
 
 
 def _splits(n: int, stages: int):
@@ -184,6 +191,32 @@ def test_plan_respects_a_memory_limit(model, small_graph, profile, plan):
     assert max(limited.memory) <= limit and limited.memory_limit == limit
     with pytest.raises(ValueError, match="smallest memory limit that fits"):
         gp.plan(model, small_graph, 2, memory_limit="1kB", profile=profile)
+
+
+def test_an_impossible_memory_limit_is_refused_before_any_profiling(model, small_graph):
+    """The memory model decides first: nothing is profiled (this cluster address does not
+    even exist) for a limit no split meets, and the error names the smallest that fits."""
+    with pytest.raises(ValueError, match=r"memory_limit: .* too small for 2 stages; the smallest"):
+        gp.plan(model, small_graph, 2, memory_limit="1MB", cluster="tcp://127.0.0.1:9")
+
+
+def test_plan_takes_the_pyg_models_train_takes(small_graph):
+    from torch import nn
+    from torch_geometric.nn import GCNConv, Sequential
+    from torch_geometric.nn.models import GraphSAGE
+
+    torch.manual_seed(0)
+    seq = Sequential("x, edge_index", [
+        (GCNConv(small_graph.num_features, 16), "x, edge_index -> x"), nn.ReLU(),
+        (GCNConv(16, 16), "x, edge_index -> x"), nn.ReLU(),
+        (GCNConv(16, 4), "x, edge_index -> x")])
+    for pyg in (seq, GraphSAGE(small_graph.num_features, 16, num_layers=3, out_channels=4)):
+        profile = profile_model(pyg, small_graph, chunks=4, repeats=1)
+        planned = gp.plan(pyg, small_graph, workers=2, profile=profile)
+        assert planned.ranges[-1][1] == len(gp.models.from_pyg(pyg))
+        assert memory_costs(pyg, small_graph, 2)[1] > 0
+        run = gp.train(pyg, small_graph, "local", plan=planned, epochs=2, progress=False)
+        assert [tuple(r) for r in run.config.ranges] == list(planned.ranges)
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -21,9 +21,15 @@ from gnnpipe.core.timeline import Timeline
 from gnnpipe.core.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
 from gnnpipe.engine.local import stage_ranges
 from gnnpipe.nn import LayerStack
-from gnnpipe.plan.profile import BlockCost, Profile, check_inputs, profile_on_workers
-from gnnpipe.plan.stages import Fits, split_stages
-from gnnpipe.pyg import default_techniques
+from gnnpipe.plan.profile import (
+    BlockCost,
+    Profile,
+    check_inputs,
+    profile_counts,
+    profile_on_workers,
+)
+from gnnpipe.plan.stages import Fits, least_memory, split_stages, too_small
+from gnnpipe.pyg import as_stack, default_techniques
 from gnnpipe.schedule import gnnpipe as gnnpipe_schedule
 from gnnpipe.schedule.simulator import simulate
 
@@ -222,6 +228,7 @@ def memory_costs(model: LayerStack, data: Data, workers: int, chunks: int | None
     ``gp.estimate_memory``), for a ``workers``-stage pipeline of ``chunks`` chunks (default
     ``4 × workers``). A split fits ``memory_limit`` when each stage's blocks' sum plus the
     second number does."""
+    model = as_stack(model, data)
     data = check_inputs(model, data)
     return block_costs(model, data, _memory_job(model, workers, chunks or 4 * workers, seed))
 
@@ -268,11 +275,13 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
             profiles are joined. Default (None): the same on a local cluster of ``workers``
             workers started for the profile as ``gp.train`` starts its own (one torch thread
             per rank, gnnpipe's worker environment), closed afterwards. To profile in this
-            process instead, pass ``profile=gp.plan.profile_model(model, data)``.
+            process instead, pass ``profile=profile_model(model, data)`` (``from gnnpipe.plan
+            import profile_model``).
         latency: seconds per message besides its bytes.
         seed: seeds the sample chunking.
         repeats: profiled epochs at each of the profiler's two chunk counts (medians are used).
     """
+    model = as_stack(model, data)  # a PyG BasicGNN or Sequential, as gp.train takes it
     data = check_inputs(model, data)
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= len(model):
         raise ValueError(f"workers: expected 1 to {len(model)} (the model's blocks), "
@@ -288,17 +297,21 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
     check.integer("seed", seed, 0)
     check.positive_int("repeats", repeats)
     if profile is not None and not isinstance(profile, Profile):
-        raise TypeError(f"profile: expected a Profile from gp.plan.profile_model, "
+        raise TypeError(f"profile: expected a Profile from gnnpipe.plan.profile_model, "
                         f"got {type(profile).__name__}")
+    if profile is not None and (len(profile.blocks) != len(model) or profile.num_nodes != n):
+        raise ValueError("profile: it was measured for another model or graph")
+    # memory first, from the memory model: a limit no split meets is refused before profiling
+    top = max(profile.chunk_counts) if profile else profile_counts(4 * workers, n)[1]
+    job = _memory_job(model, workers, top, seed)
+    memory, shared = block_costs(model, data, job)
+    if limit is not None and (least := least_memory(memory, workers, shared)) > limit:
+        raise too_small(limit, workers, least)
     if profile is None:  # on the ranks' workers, or on ones started like gp.train starts them
         profile = profile_on_workers(cluster, workers, model, data, 4 * workers,
                                      repeats=repeats, seed=seed)
-    elif len(profile.blocks) != len(model) or profile.num_nodes != n:
-        raise ValueError("profile: it was measured for another model or graph")
     if counts is None:  # where the per-row and per-chunk costs were measured, not beyond
         counts = chunk_candidates(workers, n, limit=max(profile.chunk_counts))
-    job = _memory_job(model, workers, max(profile.chunk_counts), seed)
-    memory, shared = block_costs(model, data, job)
     prefix = [0, *itertools.accumulate(memory)]
 
     def fits(a: int, b: int) -> bool:

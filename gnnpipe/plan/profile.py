@@ -33,6 +33,7 @@ from gnnpipe.engine.driver import drive
 from gnnpipe.engine.graph import chunk_rows, normalized_adjacency
 from gnnpipe.nn import LayerStack, check_stack
 from gnnpipe.partition import chunk as make_chunks
+from gnnpipe.pyg import as_stack
 
 __all__ = [
     "BYTES_PER_VALUE",
@@ -40,6 +41,7 @@ __all__ = [
     "BlockCost",
     "Profile",
     "check_inputs",
+    "profile_counts",
     "profile_model",
     "profile_on_workers",
 ]
@@ -260,6 +262,7 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
         blocks: profile only blocks ``start:stop`` (default: all); the profile then holds those.
         threads: torch threads while profiling (the Dask ranks use one).
     """
+    model = as_stack(model, data)
     data = check_inputs(model, data)
     n = data.num_nodes
     if n < 4:
@@ -270,8 +273,7 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
     start, stop = blocks or (0, len(model))
     if not 0 <= start < stop <= len(model):
         raise ValueError(f"blocks: expected a range within 0-{len(model)}, got {blocks!r}")
-    low = min(chunks, n // 4)
-    high = min(4 * low, n // 2)
+    low, high = profile_counts(chunks, n)
     began = time.perf_counter()
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
@@ -300,6 +302,13 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
             optimizer_bytes=2 * params))
     cuts = tuple(sum(model.boundary_widths(j)) * BYTES_PER_VALUE for j in range(1, len(model)))
     return Profile(tuple(costs), n, (low, high), cuts, time.perf_counter() - began)
+
+
+def profile_counts(chunks: int, num_nodes: int) -> tuple[int, int]:
+    """The two chunk counts :func:`profile_model` measures at: ``chunks`` and ``4 × chunks``,
+    at most a quarter and half of the nodes."""
+    low = min(chunks, num_nodes // 4)
+    return low, min(4 * low, num_nodes // 2)
 
 
 def _per_row_and_chunk(t_low: float, t_high: float, low: int, high: int,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from gnnpipe.core.units import format_bytes
 
-__all__ = ["Fits", "split_stages"]
+__all__ = ["Fits", "least_memory", "split_stages", "too_small"]
 
 Fits = Callable[[int, int], bool]
 
@@ -85,10 +85,19 @@ def split_stages(costs: Sequence[float], memory: Sequence[float], boundary_costs
     neck, _ = _dp(costs, boundary_costs, stages, fits)
     if neck == math.inf:
         assert memory_limit is not None, "only a memory limit can rule out every split"
-        least = math.ceil(_dp(memory, [0.0] * (n - 1), stages, lambda i, j: True)[0]
-                          + stage_memory)
-        raise ValueError(f"memory_limit: {format_bytes(memory_limit)} "
-                         f"({int(memory_limit):,} bytes) is too small for {stages} stages; the "
-                         f"smallest memory limit that fits is {format_bytes(least)} "
-                         f"({least:,} bytes)")
+        raise too_small(memory_limit, stages, least_memory(memory, stages, stage_memory))
     return _dp(costs, boundary_costs, stages, fits, bound=neck * (1 + 1e-9))[1]
+
+
+def least_memory(memory: Sequence[float], stages: int, stage_memory: float = 0.0) -> int:
+    """The smallest memory limit some split of the blocks into ``stages`` stages fits: the
+    split whose largest stage (its blocks' bytes plus ``stage_memory``) is smallest."""
+    return math.ceil(_dp(memory, [0.0] * (len(memory) - 1), stages, lambda i, j: True)[0]
+                     + stage_memory)
+
+
+def too_small(memory_limit: float, stages: int, least: int) -> ValueError:
+    """The error for a ``memory_limit`` below :func:`least_memory`'s ``least``."""
+    return ValueError(f"memory_limit: {format_bytes(memory_limit)} ({int(memory_limit):,} bytes) "
+                      f"is too small for {stages} stages; the smallest memory limit that fits is "
+                      f"{format_bytes(least)} ({least:,} bytes)")
