@@ -13,6 +13,7 @@ import pandas as pd
 
 from gnnpipe.analysis import efficiency as eff
 from gnnpipe.core.job import Launch, TrainConfig
+from gnnpipe.core.prediction import Prediction
 from gnnpipe.core.timeline import Timeline
 
 __all__ = ["EVENT_COLUMNS", "HISTORY_COLUMNS", "MEMORY_COLUMNS", "Run", "RunHandle", "RunResults",
@@ -76,6 +77,22 @@ def _lowest_rank(frame: pd.DataFrame, key: str, columns: list[str]) -> pd.DataFr
     return rows.set_index("epoch").reindex(columns=columns)
 
 
+def _beside(measured: dict[str, Any], prediction: Prediction) -> dict[str, Any]:
+    """A plan's predictions and measured ÷ predicted, for a summary row."""
+    peak = max(prediction.peak_bytes)
+    return {"layout": prediction.layout, "predicted_epoch_time_s": prediction.epoch_time,
+            "epoch_time_ratio": measured["epoch_time_s"] / prediction.epoch_time
+            if prediction.epoch_time > 0 else float("nan"),
+            "predicted_peak_bytes": peak,
+            "peak_ratio": measured["peak_bytes"] / peak if peak > 0 else float("nan"),
+            "predicted_comm_bytes": prediction.comm_bytes}
+
+
+def _plain(value: Any) -> Any:
+    """JSON for numpy scalars."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
 def best_epoch(history: pd.DataFrame) -> dict[str, float]:
     """The epoch with the highest validation accuracy (ties: lowest validation loss, then earliest),
     with its validation and test accuracy."""
@@ -99,6 +116,7 @@ class RunResults:
     comm: pd.DataFrame
     events: pd.DataFrame
     error: str | None = None
+    prediction: Prediction | None = None
 
     def live_timeline(self) -> Timeline:
         raise NotImplementedError
@@ -120,9 +138,10 @@ class RunResults:
 
     def save(self, folder: str | Path) -> Path:
         """Write ``history.csv``, ``trace.json``, ``timeline.json``, ``comm.csv``, ``events.csv``,
-        ``memory.csv`` (:meth:`memory`) and ``config.json`` (the job, :meth:`TrainConfig.to_dict`, with the launch's run id and
-        predicted bytes, and ``status: failed`` and the ``error`` of a failed run) into
-        ``folder``."""
+        ``memory.csv`` (:meth:`memory`), ``config.json`` (the job, :meth:`TrainConfig.to_dict`,
+        with the launch's run id and predicted bytes, and ``status: failed`` and the ``error`` of
+        a failed run) and, for a run trained from a plan, ``prediction.json``
+        (:attr:`prediction`) into ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         timeline = self.live_timeline()
@@ -136,6 +155,9 @@ class RunResults:
         if self.error is not None:
             config.update(status="failed", error=self.error)
         (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
+        if self.prediction is not None:
+            (folder / "prediction.json").write_text(
+                json.dumps(self.prediction.to_dict(), indent=1, default=_plain))
         return folder
 
     def efficiency(self, reference: float | None = None) -> pd.DataFrame:
@@ -155,13 +177,18 @@ class RunResults:
 
     def summary(self) -> pd.DataFrame:
         """One row: mode, best epoch and accuracies, median epoch time, bytes per epoch, the
-        highest rank's peak memory (``peak_bytes``, :meth:`memory`) and, for distributed runs, the median parallel efficiency and time shares (first epoch skipped)."""
+        highest rank's peak memory (``peak_bytes``, :meth:`memory`), for distributed runs the
+        median parallel efficiency and time shares (first epoch skipped) and, for a run trained
+        from a plan, what it predicted beside them (``predicted_epoch_time_s``,
+        ``predicted_peak_bytes``, ``predicted_comm_bytes`` and measured ÷ predicted ratios)."""
         h = self.history
         memory = self.memory()
         row = {"mode": self.config.mode.value, **self.best,
                "epoch_time_s": float(h["epoch_time"].median()) if len(h) else float("nan"),
                "comm_bytes_per_epoch": float(h["comm_bytes"].median()) if len(h) else 0.0,
                "peak_bytes": int(memory["peak_bytes"].max()) if len(memory) else 0}
+        if self.prediction is not None:
+            row.update(_beside(row, self.prediction))
         per_epoch = self.efficiency()
         if len(per_epoch) > 1:
             per_epoch = per_epoch.iloc[1:]
@@ -195,6 +222,7 @@ class Run(RunResults):
         peaks: what :meth:`memory` returns (:func:`memory_from` of the epoch records).
         launch: a distributed run's id and predicted bytes (None in one process).
         error: why the run failed (None for a run that finished).
+        prediction: what the plan it was trained from predicted (None without one).
     """
 
     config: TrainConfig
@@ -208,6 +236,7 @@ class Run(RunResults):
     launch: Launch | None = None
     error: str | None = None
     peaks: pd.DataFrame = field(default_factory=lambda: memory_from([]))
+    prediction: Prediction | None = None
 
     @property
     def done(self) -> bool:
@@ -244,6 +273,7 @@ class RunHandle(Protocol):
     launch: Launch | None
     partitioning: Any
     data: Any
+    prediction: Prediction | None
 
     @property
     def history(self) -> pd.DataFrame: ...

@@ -30,7 +30,7 @@ from torch_geometric.data import Data
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.datasets import synthetic
 from gnnpipe.engine.chunked import StageExecutor
-from gnnpipe.engine.graph import normalized_adjacency
+from gnnpipe.engine.graph import Adjacency, normalized_adjacency
 from gnnpipe.engine.single import FullGraphContext, chunk_loss
 from gnnpipe.nn import LayerStack
 
@@ -137,19 +137,22 @@ def _inputs(model: LayerStack, data: Data, start: int) -> list[Tensor]:
 
 def footprint(model: LayerStack, data: Data, start: int, stop: int, *, chunked: bool = True,
               techniques: Techniques | None = None, recompute: bool = False,
-              history_dtype: torch.dtype = torch.float32) -> Footprint:
+              history_dtype: torch.dtype = torch.float32,
+              adj: Adjacency | None = None) -> Footprint:
     """Measure blocks ``start:stop`` of (a copy of) ``model`` on the probe graph ``data``
     (:func:`probe_graph`), as a chunked stage or (``chunked=False``) exactly on the full graph;
     per row, see :class:`Footprint`.
 
     A chunked stage is measured on one chunk of every row, and, where its blocks pass messages
     (PyG layers run on a chunk's rows *and* its sources in other chunks), again on the first of
-    two halves: the difference, per source row outside the chunk, is ``per_source``."""
+    two halves: the difference, per source row outside the chunk, is ``per_source``. ``adj``:
+    the probe graph's normalised adjacency for the model's norm, if already built."""
     work = copy.deepcopy(model).train()
     n = data.num_nodes
     inputs = _inputs(work, data, start)
     target = (data.y, data.train_mask, n) if stop == len(work) else None
-    adj = normalized_adjacency(data.edge_index, n, work.norm)
+    if adj is None:
+        adj = normalized_adjacency(data.edge_index, n, work.norm)
     options = (techniques or Techniques(), recompute, history_dtype)
     buffers = cache = 0.0
     per_source = (0.0, 0.0)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -41,14 +41,15 @@ from torch_geometric.data import Data
 
 from gnnpipe.analysis.footprint import Footprint, footprint, probe_graph
 from gnnpipe.core.job import TrainConfig
-from gnnpipe.core.kinds import Mode
+from gnnpipe.core.kinds import Mode, TrainSchedule
 from gnnpipe.engine.buffers import torch_dtype
 from gnnpipe.engine.graph import Adjacency, chunk_rows, normalized_adjacency
 from gnnpipe.engine.probe import AggregationCall, probe_calls
 from gnnpipe.nn import LayerStack
-from gnnpipe.partition import chunk, partition
+from gnnpipe.partition import Partitioning, chunk, partition
 
-__all__ = ["FIXED_ITEMS", "ITEMS", "RUNTIME_BYTES", "block_costs", "estimate"]
+__all__ = ["FIXED_ITEMS", "ITEMS", "RUNTIME_BYTES", "MemoryModel", "PartShape", "block_costs",
+           "estimate"]
 
 #: Items held for the whole run.
 FIXED_ITEMS = ("parameters", "features", "adjacency", "history", "recompute_cache", "runtime")
@@ -62,55 +63,135 @@ RUNTIME_BYTES = {"process": 8 << 20, "rank": 24 << 20}
 def estimate(model: LayerStack, data: Data, job: TrainConfig) -> pd.DataFrame:
     """One row per rank of ``job`` (a parsed :class:`~gnnpipe.core.job.TrainConfig`) on
     ``data``: the items of the module docstring and ``peak_bytes``, in bytes."""
-    frame = pd.DataFrame(_rank_rows(model, data, job)).fillna(0)
-    for item in ITEMS:
-        if item not in frame:
-            frame[item] = 0
-    frame = frame[["rank", "stage", *ITEMS]].astype("int64")
-    frame["peak_bytes"] = frame[list(FIXED_ITEMS)].sum(axis=1) + frame[
-        ["stash", "working", "communication"]].sum(axis=1).combine(frame["evaluation"], max)
-    return frame.set_index("rank")
+    return MemoryModel(model, data, job.seed).estimate(job)
 
 
 def block_costs(model: LayerStack, data: Data, job: TrainConfig) -> tuple[list[int], int]:
-    """The memory model cut for a stage split of ``job``'s pipeline: per block, the bytes a
-    stage holding it adds (its parameters with Adam, history buffers, recompute cache and the
-    stash of every chunk, without the inputs it receives from the block before), and the bytes
-    any stage holds besides, at their largest over single blocks (adjacency, runtime, received
-    inputs, one chunk's working set with the communication buffers, or an evaluation). A
-    stage's estimate is then at most its blocks' sum plus that."""
-    one_each = dataclasses.replace(job, mode=Mode.PIPELINE, stages=len(model), ways=1,
-                                   ranges=tuple((k, k + 1) for k in range(len(model))))
-    rows = _rank_rows(model, data, one_each)
-    own = [r["parameters"] + r["history"] + r["recompute_cache"] + r["stash"] - r["received"]
-           for r in rows]
-    shared = max(r["adjacency"] + r["runtime"] + r["received"]
-                 + max(r["working"] + r["communication"], r["evaluation"]) for r in rows)
-    return own, shared
+    """:meth:`MemoryModel.block_costs` of ``job`` on a fresh model."""
+    return MemoryModel(model, data, job.seed).block_costs(job)
 
 
-def _rank_rows(model: LayerStack, data: Data, job: TrainConfig) -> list[dict[str, int]]:
-    """:func:`estimate`'s rows as dicts (chunked ranks also with ``received``: the inputs in
-    their stash)."""
-    probe = probe_graph(data, seed=job.seed)
-    history = torch_dtype(job.history_dtype)
-    cache: dict[tuple[int, int, bool], Footprint] = {}
+class MemoryModel:
+    """The memory model of one stack on one graph, with what it measures and partitions kept:
+    each distinct stage range is probed once, each chunk count chunked once and each partition
+    count partitioned once, so many jobs (a planner's candidates) cost little more than one.
 
-    def measured(start: int, stop: int, chunked: bool) -> Footprint:
-        key = (start, stop, chunked)
-        if key not in cache:
-            cache[key] = footprint(model, probe, start, stop, chunked=chunked,
-                                   techniques=job.techniques, recompute=job.recompute,
-                                   history_dtype=history)
-        return cache[key]
+    Args:
+        model: the stack.
+        data: the graph (ready for the model: :func:`gnnpipe.datasets.fit.model_graph`).
+        seed: seeds the probe graph, the chunkings and the partitions, as ``gp.train``'s seed.
+    """
 
-    if job.mode is Mode.SINGLE:
-        rows = [_single(model, data, measured(0, len(model), False))]
-    elif job.mode is Mode.GRAPH:
-        rows = _graph_rows(model, data, job, measured)
-    else:
-        rows = _chunked_rows(model, data, job, measured)
-    return rows
+    def __init__(self, model: LayerStack, data: Data, seed: int = 0) -> None:
+        self.model, self.data, self.seed = model, data, seed
+        self._probe: Data | None = None
+        self._probe_adj: Adjacency | None = None
+        self._footprints: dict[tuple, Footprint] = {}
+        self._chunkings: dict[tuple[int, int], Partitioning] = {}
+        self._chunked: dict[tuple[int, int], _Chunked] = {}
+        self._parts: dict[int, list[PartShape]] = {}
+        self._calls: list[list[AggregationCall]] | None = None
+
+    def estimate(self, job: TrainConfig) -> pd.DataFrame:
+        """One row per rank of ``job``: the items of the module docstring and ``peak_bytes``."""
+        frame = pd.DataFrame(self._rank_rows(job)).fillna(0)
+        for item in ITEMS:
+            if item not in frame:
+                frame[item] = 0
+        frame = frame[["rank", "stage", *ITEMS]].astype("int64")
+        frame["peak_bytes"] = frame[list(FIXED_ITEMS)].sum(axis=1) + frame[
+            ["stash", "working", "communication"]].sum(axis=1).combine(frame["evaluation"], max)
+        return frame.set_index("rank")
+
+    def block_costs(self, job: TrainConfig) -> tuple[list[int], int]:
+        """The memory model cut for a stage split of ``job``'s pipeline: per block, the bytes a
+        stage holding it adds (its parameters with Adam, history buffers, recompute cache and
+        the stash of its chunks, without the inputs it receives from the block before), and the
+        bytes any stage holds besides, at their largest over single blocks (adjacency, runtime,
+        received inputs, one chunk's working set with the communication buffers, or an
+        evaluation). A stage's estimate is then at most its blocks' sum plus that."""
+        model = self.model
+        one_each = dataclasses.replace(job, mode=Mode.PIPELINE, stages=len(model), ways=1,
+                                       ranges=tuple((k, k + 1) for k in range(len(model))))
+        rows = self._rank_rows(one_each)
+        own = [r["parameters"] + r["history"] + r["recompute_cache"] + r["stash"] - r["received"]
+               for r in rows]
+        shared = max(r["adjacency"] + r["runtime"] + r["received"]
+                     + max(r["working"] + r["communication"], r["evaluation"]) for r in rows)
+        return own, shared
+
+    def footprint(self, start: int, stop: int, chunked: bool, job: TrainConfig) -> Footprint:
+        """:func:`~gnnpipe.analysis.footprint.footprint` of blocks ``start:stop`` with ``job``'s
+        techniques and options, measured once for every range of the same blocks (the 32 layers
+        of a GCNII-32 are probed as one)."""
+        key = (self._signature(start, stop), chunked, job.techniques, job.recompute,
+               job.history_dtype)
+        if key not in self._footprints:
+            if self._probe is None:
+                self._probe = probe_graph(self.data, seed=self.seed)
+                self._probe_adj = normalized_adjacency(self._probe.edge_index,
+                                                       self._probe.num_nodes, self.model.norm)
+            self._footprints[key] = footprint(
+                self.model, self._probe, start, stop, chunked=chunked, techniques=job.techniques,
+                recompute=job.recompute, history_dtype=torch_dtype(job.history_dtype),
+                adj=self._probe_adj)
+        return self._footprints[key]
+
+    def _signature(self, start: int, stop: int) -> tuple:
+        """What a range's memory depends on: what enters it, each block's structure (type,
+        modules, parameter shapes, width, dropout) and whether it ends the model."""
+        model = self.model
+        blocks = tuple((type(b).__name__, repr(b), tuple(tuple(p.shape) for p in b.parameters()),
+                        b.out_dim, bool(b.aggregates), getattr(b, "p", None),
+                        getattr(b, "act", None), getattr(b, "sets_h0", None))
+                       for b in model.blocks[start:stop])
+        entering = tuple(model.boundary_widths(start)) if start > 0 else ("features",)
+        return entering, blocks, stop == len(model)
+
+    @property
+    def calls(self) -> list[list[AggregationCall]]:
+        """Per block, its message-passing calls (probed once)."""
+        if self._calls is None:
+            self._calls = _passing_calls(self.model)
+        return self._calls
+
+    def chunking(self, chunks: int, parts_per_chunk: int) -> Partitioning:
+        """The graph chunked as a run with this seed chunks it (``gp.chunk``), chunked once."""
+        key = (chunks, parts_per_chunk)
+        if key not in self._chunkings:
+            self._chunkings[key] = chunk(self.data, chunks, seed=self.seed,
+                                         parts_per_chunk=parts_per_chunk)
+        return self._chunkings[key]
+
+    def chunk_counts(self) -> list[int]:
+        """The chunk counts chunked so far, in the order they were."""
+        return [c for c, _ in self._chunkings]
+
+    def chunked(self, chunks: int, parts_per_chunk: int) -> _Chunked:
+        """:meth:`chunking`, as far as a chunked job's memory depends on it."""
+        key = (chunks, parts_per_chunk)
+        if key not in self._chunked:
+            self._chunked[key] = _Chunked.of(self.model, self.data,
+                                             self.chunking(chunks, parts_per_chunk),
+                                             passing=any(self.calls))
+        return self._chunked[key]
+
+    def partitioned(self, parts: int) -> list[PartShape]:
+        """Each graph-parallel rank's rows, halo rows and edges for ``parts`` METIS parts."""
+        if parts not in self._parts:
+            self._parts[parts] = PartShape.all_of(self.model, self.data, partition(
+                self.data, parts, method="metis", seed=self.seed))
+        return self._parts[parts]
+
+    def _rank_rows(self, job: TrainConfig) -> list[dict[str, int]]:
+        """:meth:`estimate`'s rows as dicts (chunked ranks also with ``received``: the inputs in
+        their stash)."""
+        if job.mode is Mode.SINGLE:
+            return [_single(self.model, self.data,
+                            self.footprint(0, len(self.model), False, job))]
+        if job.mode is Mode.GRAPH:
+            return _graph_rows(self, job)
+        return _chunked_rows(self, job)
 
 
 def _param_bytes(model: LayerStack, start: int, stop: int, copies: int) -> int:
@@ -164,29 +245,43 @@ def _single(model: LayerStack, data: Data, fp: Footprint) -> dict[str, int]:
             "evaluation": math.ceil(fp.eval_peak * n)}
 
 
-def _graph_rows(model: LayerStack, data: Data, job: TrainConfig,
-                measured: Callable[[int, int, bool], Footprint]) -> list[dict[str, int]]:
+@dataclass(frozen=True)
+class PartShape:
+    """One graph-parallel rank's share of the graph: its rows, its halo rows (the distinct
+    columns of its rows' edges outside them) and its edges."""
+
+    rows: int
+    halo: int
+    nnz: int
+
+    @classmethod
+    def all_of(cls, model: LayerStack, data: Data, parts: Partitioning) -> list[PartShape]:
+        ordered = parts.apply(data)
+        full = normalized_adjacency(ordered.edge_index, ordered.num_nodes, model.norm)
+        out = []
+        for lo, hi in itertools.pairwise(parts.bounds.tolist()):
+            cols = full.rows(lo, hi).A.col_indices()
+            halo = int(torch.unique(cols[(cols < lo) | (cols >= hi)]).numel())
+            out.append(cls(hi - lo, halo, int(cols.numel())))
+        return out
+
+
+def _graph_rows(memory: MemoryModel, job: TrainConfig) -> list[dict[str, int]]:
     """``graph``: each rank's partition rows trained exactly, its local adjacency over them and
     its halo, the halo rows it receives at every aggregation (and which its message-passing
     layers run on besides its own)."""
-    parts = partition(data, job.parts, method="metis", seed=job.seed)
-    ordered = parts.apply(data)
-    full = normalized_adjacency(ordered.edge_index, ordered.num_nodes, model.norm)
-    bounds = parts.bounds.tolist()
+    model = memory.model
     width = max(b.out_dim for b in model.blocks)
-    fp = measured(0, len(model), False)
-    per_block = _passing_calls(model)
+    fp = memory.footprint(0, len(model), False, job)
+    per_block = memory.calls
     calls = [c for block in per_block for c in block]
-    passing = measured(0, len(model), True) if calls else fp  # per source row: the halo here
+    passing = memory.footprint(0, len(model), True, job) if calls else fp  # per source row
     # a chunk keeps its gathered Hbuf rows as a leaf (their gradient is its push); the halo
     # rows arrive as a tensor that is freed once joined to the rank's own
     per_halo = max(passing.per_source_stash - sum(c.width * 4 for c in calls), 0.0)
     out = []
-    for p, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-        local = full.rows(lo, hi).A
-        cols = local.col_indices()
-        halo = int(torch.unique(cols[(cols < lo) | (cols >= hi)]).numel())
-        nnz, rows = int(cols.numel()), hi - lo
+    for p, part in enumerate(memory.partitioned(job.parts)):
+        rows, halo, nnz = part.rows, part.halo, part.nnz
         graphs, _ = _message_passing(per_block, [halo], nnz, job)
         out.append({"rank": p, "stage": 0, "parameters": _param_bytes(model, 0, len(model), 1),
                     "adjacency": 2 * (nnz * 8 + (rows + halo + 1) * 4) + graphs,
@@ -230,53 +325,58 @@ def _message_passing(per_block: list[list[AggregationCall]], sources: Sequence[i
 
 
 @dataclass(frozen=True)
-class _Shape:
-    """A chunked job's graph, as its memory depends on it."""
+class _Chunked:
+    """A chunking of the graph, as a chunked job's memory depends on it."""
 
     nodes: int
     edges: int
-    rows_trained: int  # rows a rank trains per epoch (its way's chunks)
-    tallest: int  # rows of the largest chunk
+    sizes: list[int]  # rows of each chunk, largest first
     adjacency: int  # bytes of Â, Âᵀ and the chunks' row blocks
     gather: int  # bytes of a stage's gather space
-    sources: list[int]  # per chunk, its distinct sources outside it
-    calls: list[list[AggregationCall]]  # per block, its message-passing calls
+    features: int  # bytes of the reordered graph a one-process run keeps
+    sources: list[int]  # per chunk, its distinct sources outside it (0s without message passing)
 
-    @property
-    def share(self) -> float:
-        """Of every chunk's sources outside it, the part a rank's chunks read."""
-        return self.rows_trained / self.nodes
+    @classmethod
+    def of(cls, model: LayerStack, data: Data, chunking: Partitioning,
+           passing: bool) -> _Chunked:
+        ordered = chunking.apply(data)
+        bounds = chunking.bounds.tolist()
+        sizes = [b - a for a, b in itertools.pairwise(bounds)]
+        adj = normalized_adjacency(ordered.edge_index, data.num_nodes, model.norm)
+        return cls(
+            nodes=data.num_nodes, edges=ordered.edge_index.size(1),
+            sizes=sorted(sizes, reverse=True), adjacency=_adjacency_bytes(adj, bounds),
+            gather=_gather_bytes(adj, bounds, [b.out_dim for b in model.blocks if b.aggregates]),
+            features=_tensor_bytes([ordered.x, ordered.y, ordered.edge_index, ordered.train_mask,
+                                    ordered.val_mask, ordered.test_mask]),
+            sources=_sources_outside(ordered.edge_index, bounds) if passing else [0] * len(sizes))
+
+    def rows_trained(self, ways: int) -> int:
+        """Rows a rank trains per epoch (its way's chunks, at most)."""
+        return sum(self.sizes[:math.ceil(len(self.sizes) / ways)]) if ways > 1 else self.nodes
+
+    def stashed(self, job: TrainConfig, stage: int) -> int:
+        """Rows whose tensors a stage keeps at once until their backward: every chunk of its
+        epoch (fill-drain), the ``S - s`` largest chunks (1F1B on a pipeline rank) or the largest
+        (1F1B in one process, where each chunk's backward follows its forward)."""
+        if job.schedule is TrainSchedule.GNNPIPE:
+            return self.rows_trained(job.ways)
+        in_flight = 1 if job.mode is Mode.LOCAL else job.stages - stage
+        return sum(self.sizes[:in_flight])
 
 
-def _chunked_rows(model: LayerStack, data: Data, job: TrainConfig,
-                  measured: Callable[[int, int, bool], Footprint]) -> list[dict[str, int]]:
+def _chunked_rows(memory: MemoryModel, job: TrainConfig) -> list[dict[str, int]]:
     """``local`` (one row), ``pipeline`` and ``hybrid`` (a row per rank): full-graph buffers,
     every chunk of the rank's epoch stashed, one chunk's temporaries, boundary receive
     buffers."""
-    chunking = chunk(data, job.chunks, seed=job.seed, parts_per_chunk=job.parts_per_chunk)
-    ordered = chunking.apply(data)
-    bounds = chunking.bounds.tolist()
-    n = data.num_nodes
-    sizes = [b - a for a, b in itertools.pairwise(bounds)]
-    adj = normalized_adjacency(ordered.edge_index, n, model.norm)
-    per_way = math.ceil(len(sizes) / job.ways)
-    fps = [measured(a, b, True) for a, b in job.ranges]
-    passing = any(fp.per_source_stash or fp.per_source_peak for fp in fps)
-    shape = _Shape(
-        nodes=n, edges=ordered.edge_index.size(1),
-        rows_trained=sum(sorted(sizes)[-per_way:]) if job.ways > 1 else n,
-        tallest=max(sizes), adjacency=_adjacency_bytes(adj, bounds),
-        gather=_gather_bytes(adj, bounds, [b.out_dim for b in model.blocks if b.aggregates]),
-        sources=_sources_outside(ordered.edge_index, bounds) if passing else [0] * len(sizes),
-        calls=_passing_calls(model))
-    stages = [_stage_row(model, job, s, fp, shape) for s, fp in enumerate(fps)]
+    fps = [memory.footprint(a, b, True, job) for a, b in job.ranges]
+    shape = memory.chunked(job.chunks, job.parts_per_chunk)
+    stages = [_stage_row(memory, job, s, fp, shape) for s, fp in enumerate(fps)]
     if job.mode is Mode.LOCAL:
-        features = _tensor_bytes([ordered.x, ordered.y, ordered.edge_index, ordered.train_mask,
-                                  ordered.val_mask, ordered.test_mask])
         total = {k: sum(st[k] for st in stages) for k in ("parameters", "history",
                                                           "recompute_cache", "stash", "graphs")}
         graphs = total.pop("graphs")
-        return [{"rank": 0, "stage": 0, **total, "features": features,
+        return [{"rank": 0, "stage": 0, **total, "features": shape.features,
                  "adjacency": shape.adjacency + graphs,
                  "working": max(st["working"] for st in stages),
                  "evaluation": max(st["evaluation"] for st in stages),
@@ -288,25 +388,27 @@ def _chunked_rows(model: LayerStack, data: Data, job: TrainConfig,
             for w in range(job.ways) for st in stages]
 
 
-def _stage_row(model: LayerStack, job: TrainConfig, stage: int, fp: Footprint,
-               shape: _Shape) -> dict[str, int]:
+def _stage_row(memory: MemoryModel, job: TrainConfig, stage: int, fp: Footprint,
+               shape: _Chunked) -> dict[str, int]:
     """Stage ``stage``'s items (and ``graphs``, its message-passing local graphs; ``received``,
     the inputs in its stash) on a rank of its own."""
+    model = memory.model
     a, b = job.ranges[stage]
-    n, rows, tallest, sources = shape.nodes, shape.rows_trained, shape.tallest, shape.sources
-    graphs, pushes = _message_passing(shape.calls[a:b], sources, shape.edges, job)
+    n, tallest, sources = shape.nodes, shape.sizes[0], shape.sources
+    graphs, pushes = _message_passing(memory.calls[a:b], sources, shape.edges, job)
     # the received inputs, kept as the stage's leaves; in one process they are the stage
     # before's outputs, stashed there unless it recomputes
     shared = job.mode is Mode.LOCAL and not job.recompute
-    inputs = 0 if shared else fp.inputs * rows
+    stashed = shape.stashed(job, stage)
+    inputs = 0 if shared else fp.inputs * stashed
     return {
         "stage": stage,
         "parameters": _param_bytes(model, a, b, 0 if job.mode is Mode.LOCAL else 1),
         "history": math.ceil(fp.buffers * n) + pushes,
         "recompute_cache": math.ceil(fp.cache * n), "graphs": graphs,
         "received": math.ceil(inputs),
-        "stash": math.ceil(fp.stash * rows + inputs
-                           + fp.per_source_stash * sum(sources) * shape.share),
+        "stash": math.ceil(fp.stash * stashed + inputs
+                           + fp.per_source_stash * sum(sources) * stashed / n),
         "working": math.ceil((fp.chunk_peak - fp.stash) * tallest + shape.gather
                              + (fp.per_source_peak - fp.per_source_stash) * max(sources)),
         # the next chunk's inputs received (in the wire's dtype, then as float32) while this

@@ -17,8 +17,8 @@ from gnnpipe.nn import LayerStack
 from gnnpipe.partition import Partitioning, chunk, partition
 from gnnpipe.pyg import as_stack
 
-__all__ = ["BYTES_PER_VALUE", "MODES", "comm_volume", "graph_bytes", "hybrid_boundary_bytes",
-           "pipeline_bytes"]
+__all__ = ["BYTES_PER_VALUE", "MODES", "boundary_row_totals", "comm_volume", "exchange_bytes",
+           "graph_bytes", "hybrid_boundary_bytes", "pipeline_bytes"]
 
 BYTES_PER_VALUE = 4  # fp32
 
@@ -58,12 +58,10 @@ def _pushed_rows(edge_index: Tensor, bounds: list[int]) -> int:
     return total
 
 
-def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning, ways: int,
-                          history: Precision = Precision.FLOAT32) -> int:
-    """Boundary rows every chunk step sends to the other ``W − 1`` ways at every aggregation:
-    forward the rows other chunks read; backward their gradients (``dZ`` rows of ``Â @ h``) or,
-    for a message-passing call, the gradients it pushes to other chunks' rows. ``Hbuf`` and
-    ``dZbuf`` rows go as the history stores them (``history``); pushes in float32."""
+def boundary_row_totals(model: LayerStack, data: Data, chunking: Partitioning) -> tuple[int, int, int]:
+    """Summed over chunks: the rows of each chunk that other chunks read (forward), the rows
+    whose ``dZ`` other chunks pull (backward), and the rows a message-passing layer's backward
+    pushes to (each chunk's distinct sources outside it; 0 without message passing)."""
     from gnnpipe.engine.buffers import boundary_rows
     from gnnpipe.engine.graph import normalized_adjacency
 
@@ -71,13 +69,31 @@ def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning,
     bounds = chunking.bounds.tolist()
     adj = normalized_adjacency(ordered.edge_index, ordered.num_nodes, model.norm)
     forward, backward = (sum(int(t.numel()) for t in side) for side in boundary_rows(adj, bounds))
-    calls = _calls(model)
     pushed = _pushed_rows(ordered.edge_index, bounds) if any(
-        c.message_passing and c.needs_grad for c in calls) else 0
+        c.message_passing and c.needs_grad for c in _calls(model)) else 0
+    return forward, backward, pushed
+
+
+def exchange_bytes(calls: list[AggregationCall], totals: tuple[int, int, int], ways: int,
+                   history: Precision = Precision.FLOAT32) -> int:
+    """What ``calls`` send the other ``W - 1`` ways per epoch, over all chunk steps, given
+    :func:`boundary_row_totals`: ``Hbuf`` and ``dZbuf`` rows as the history stores them,
+    pushes in float32."""
+    forward, backward, pushed = totals
     stored = sum(c.width * (forward + (backward if c.needs_grad and not c.message_passing else 0))
                  for c in calls)
     pushes = sum(c.width * pushed for c in calls if c.needs_grad and c.message_passing)
     return (ways - 1) * (stored * history.itemsize + pushes * BYTES_PER_VALUE)
+
+
+def hybrid_boundary_bytes(model: LayerStack, data: Data, chunking: Partitioning, ways: int,
+                          history: Precision = Precision.FLOAT32) -> int:
+    """Boundary rows every chunk step sends to the other ``W − 1`` ways at every aggregation:
+    forward the rows other chunks read; backward their gradients (``dZ`` rows of ``Â @ h``) or,
+    for a message-passing call, the gradients it pushes to other chunks' rows. ``Hbuf`` and
+    ``dZbuf`` rows go as the history stores them (``history``); pushes in float32."""
+    return exchange_bytes(_calls(model), boundary_row_totals(model, data, chunking), ways,
+                          history)
 
 
 def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts: int = 1,

@@ -25,7 +25,8 @@ from gnnpipe.core.checks import (
     positive_int,
 )
 from gnnpipe.core.job import TrainConfig
-from gnnpipe.core.kinds import Mode, Precision
+from gnnpipe.core.kinds import Mode, Precision, TrainSchedule
+from gnnpipe.core.prediction import Prediction
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.datasets.fit import model_graph
 from gnnpipe.engine.local import stage_ranges
@@ -35,8 +36,8 @@ from gnnpipe.plan import Plan
 from gnnpipe.pyg import default_techniques
 from gnnpipe.runtime.cluster import check_cluster
 
-__all__ = ["DEVICES", "MODES", "Admitted", "block_structure", "check_plan", "check_recovery",
-           "parse_train"]
+__all__ = ["DEVICES", "LAYOUT_DEFAULTS", "MODES", "Admitted", "block_structure", "check_plan",
+           "check_recovery", "parse_train", "resolve_layout"]
 
 MODES = tuple(m.value for m in Mode)
 DEVICES = ("cpu", "cuda")
@@ -44,11 +45,51 @@ DEVICES = ("cpu", "cuda")
 
 class Admitted(NamedTuple):
     """What passes the door: the job, the graph to train on (masks from ``split``, float32
-    features) and how it checkpoints, resumes and restarts."""
+    features), how it checkpoints, resumes and restarts, and what a plan predicted for it."""
 
     job: TrainConfig
     data: Any
     recovery: ckpt.Recovery
+    prediction: Prediction | None = None
+
+
+#: ``gp.train``'s layout arguments that a plan sets, with their defaults without one.
+LAYOUT_DEFAULTS: dict[str, Any] = {"stages": 1, "chunks": None, "ways": 1, "parts": 2,
+                                   "recompute": False, "history_dtype": "float32",
+                                   "wire_dtype": "float32", "schedule": "gnnpipe"}
+
+
+def resolve_layout(plan: Plan | None, mode: Any, given: dict[str, Any]) -> tuple[Any, dict]:
+    """The mode and layout arguments to train: without a plan, ``mode`` (``"single"`` if None)
+    and ``given`` with the defaults where it holds None; with one, the plan's mode (``mode``
+    may name it, or ``"local"`` for a pipeline plan: the same math in one process) and layout,
+    refusing an argument given that the plan sets otherwise."""
+    if plan is None:
+        return ("single" if mode is None else mode,
+                {k: LAYOUT_DEFAULTS[k] if v is None else v for k, v in given.items()})
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan: expected a gp.Plan from gp.plan(...), got {type(plan).__name__}")
+    planned = plan.layout
+    allowed = {planned.mode.value} | ({"local"} if planned.mode is Mode.PIPELINE else set())
+    if mode is not None and str(mode) not in allowed:
+        raise ValueError(f"mode: the plan is for mode {planned.mode.value!r} "
+                         f"({planned.describe()}), got mode={mode!r}; leave mode out to train "
+                         "the plan")
+    values = {"stages": planned.stages, "chunks": planned.chunks, "ways": planned.ways,
+              "parts": planned.parts, "recompute": planned.recompute,
+              "history_dtype": planned.history_dtype.value,
+              "wire_dtype": planned.wire_dtype.value, "schedule": planned.schedule.value}
+    for name, value in given.items():
+        if value is not None and str(_named(value)) != str(values[name]):
+            raise ValueError(f"{name}: the plan sets {name}={values[name]!r} "
+                             f"({planned.describe()}), got {value!r}; leave {name} out to "
+                             "train the plan, or plan again")
+    return planned.mode.value if mode is None else mode, values
+
+
+def _named(value: Any) -> Any:
+    """A dtype as its name (``torch.bfloat16`` -> ``bfloat16``), other values as they are."""
+    return str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
 
 
 # --------------------------------------------------------------------------- plans
@@ -83,7 +124,7 @@ def parse_train(model: LayerStack, data: Any, mode: Any, *, plan: Any, stages: A
                 resume: Any, restarts: Any, background: Any, progress: Any,
                 **scalars: Any) -> Admitted:
     """Check every argument of ``gp.train`` (same names; ``scalars`` are the epochs, lr,
-    weight_decay, gnn_weight_decay, seed, recompute, history_dtype, wire_dtype, timeout,
+    weight_decay, gnn_weight_decay, seed, recompute, history_dtype, wire_dtype, schedule, timeout,
     eval_every and device) and parse
     them into the job. Arguments that the mode does not use (``chunks`` in ``single``, ``parts``
     outside ``graph``, the cluster outside distributed modes) are not checked against the
@@ -98,6 +139,7 @@ def parse_train(model: LayerStack, data: Any, mode: Any, *, plan: Any, stages: A
     if plan is not None:
         check_plan(plan, model)
     tech = Techniques.coerce(techniques) if techniques is not None else default_techniques(model)
+    _check_schedule(mode, scalars["schedule"], tech)
     positive_int("parts_per_chunk", parts_per_chunk)
     stages, ranges, chunks = _layout(model, data.num_nodes, mode, plan, stages, chunks, ways,
                                      parts, workers)
@@ -112,11 +154,11 @@ def parse_train(model: LayerStack, data: Any, mode: Any, *, plan: Any, stages: A
         checkpoint=recovery.root, checkpoint_every=recovery.every if recovery.root else None,
         restarts=recovery.restarts,
         resume=recovery.resume.folder if recovery.resume is not None else None, **scalars)
-    return Admitted(job, data, recovery)
+    return Admitted(job, data, recovery, None if plan is None else plan.prediction)
 
 
 def _check_scalars(mode: Mode, *, epochs: Any, lr: Any, weight_decay: Any, gnn_weight_decay: Any,
-                   seed: Any, recompute: Any, history_dtype: Any, wire_dtype: Any,
+                   seed: Any, recompute: Any, history_dtype: Any, wire_dtype: Any, schedule: Any,
                    timeout: Any, eval_every: Any, device: Any) -> dict[str, Any]:
     """The scalar arguments checked, as the job holds them (ints, floats, bools)."""
     out = {"epochs": positive_int("epochs", epochs),
@@ -129,10 +171,26 @@ def _check_scalars(mode: Mode, *, epochs: Any, lr: Any, weight_decay: Any, gnn_w
            "recompute": boolean("recompute", recompute), "device": choice("device", device,
                                                                           DEVICES),
            "history_dtype": Precision.of("history_dtype", history_dtype),
-           "wire_dtype": Precision.of("wire_dtype", wire_dtype)}
+           "wire_dtype": Precision.of("wire_dtype", wire_dtype),
+           "schedule": TrainSchedule.parse("schedule", schedule)}
     if device == "cuda" and not mode.distributed and not torch.cuda.is_available():
         raise ValueError("device: 'cuda' asked, but torch sees no GPU in this process")
     return out
+
+
+def _check_schedule(mode: Mode, schedule: TrainSchedule, techniques: Techniques) -> None:
+    """``1f1b`` is an order of the chunked epoch in ``local`` and ``pipeline``, and needs its
+    own ``dZbuf`` (a backward begins before the epoch's last forward)."""
+    if schedule is TrainSchedule.GNNPIPE:
+        return
+    if mode not in (Mode.LOCAL, Mode.PIPELINE):
+        raise ValueError(f"schedule: {schedule.value!r} orders the chunked epoch of mode 'local' "
+                         f"or 'pipeline'; mode={mode.value!r} runs {TrainSchedule.GNNPIPE.value!r}")
+    if techniques.grad_in_h:
+        raise ValueError(f"schedule: {schedule.value!r} runs backwards before the epoch's last "
+                         "forward, so dZbuf cannot live in Hbuf's memory as it does with the "
+                         "snapshot and unbiased gradients both on; turn one of them off "
+                         "(techniques={'unbiased_grad': False})")
 
 
 def _layout(model: LayerStack, n: int, mode: Mode, plan: Plan | None, stages: Any, chunks: Any,

@@ -19,9 +19,11 @@ _TRAIN_DEFAULTS = {name: p.default for name, p in inspect.signature(train).param
                    if p.default is not inspect.Parameter.empty and name != "mode"}
 
 
-def estimate_memory(model: Any, data: Data, mode: str = "single", **options: Any) -> pd.DataFrame:
+def estimate_memory(model: Any, data: Data, mode: str | None = None,
+                    **options: Any) -> pd.DataFrame:
     """Predict each rank's peak memory for ``gp.train(model, data, mode, **options)``, itemised,
-    without training or a cluster.
+    without training or a cluster (``mode``: as ``gp.train`` takes it, default ``"single"`` or
+    the plan's).
 
     Takes ``gp.train``'s keyword arguments (``stages``, ``chunks``, ``ways``, ``parts``,
     ``recompute``, ``history_dtype``, ``wire_dtype``, ``techniques``, ``plan``, ...), checked as
@@ -45,7 +47,9 @@ def estimate_memory(model: Any, data: Data, mode: str = "single", **options: Any
     if unknown:
         raise TypeError(f"estimate_memory: unexpected option(s) {unknown}; expected gp.train's "
                         "keyword arguments")
-    args = {**_TRAIN_DEFAULTS, **options}
+    given = {name: options.pop(name, None) for name in door.LAYOUT_DEFAULTS}
+    mode, layout = door.resolve_layout(options.get("plan"), mode, given)
+    args = {**_TRAIN_DEFAULTS, **options, **layout}
     model = for_training(model, mode, data)
-    job, data, _ = door.parse_train(model, data, mode, **args)
+    job, data, _, _ = door.parse_train(model, data, mode, **args)
     return estimate(model, data, job)

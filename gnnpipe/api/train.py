@@ -37,13 +37,13 @@ __all__ = ["follow", "train"]
 logger = logging.getLogger(__name__)
 
 
-def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs: int = 200,
+def train(model: LayerStack, data: Data, mode: Mode | str | None = None, *, epochs: int = 200,
           lr: float = 0.01, weight_decay: float = 5e-4, gnn_weight_decay: float | None = None,
-          seed: int = 0, stages: int = 1, chunks: int | None = None,
-          parts_per_chunk: int = PARTS_PER_CHUNK,
-          ways: int = 1, parts: int = 2, techniques: Techniques | dict | bool | None = None,
-          recompute: bool = False, history_dtype: torch.dtype | str = torch.float32,
-          wire_dtype: torch.dtype | str = torch.float32,
+          seed: int = 0, stages: int | None = None, chunks: int | None = None,
+          parts_per_chunk: int = PARTS_PER_CHUNK, ways: int | None = None,
+          parts: int | None = None, techniques: Techniques | dict | bool | None = None,
+          recompute: bool | None = None, history_dtype: torch.dtype | str | None = None,
+          wire_dtype: torch.dtype | str | None = None, schedule: str | None = None,
           cluster: Any = None, workers: int | None = None,
           background: bool = False, timeout: float = 120.0, plan: Any = None,
           eval_every: int = 1, device: str = "cpu", progress: bool = True,
@@ -63,6 +63,7 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
             logged warning), ``[n, 1]`` labels flattened; ``data`` itself is not changed.
         mode: ``"single"`` (exact full graph) or ``"local"`` (GNNPipe's chunked epoch in one
             process); ``"pipeline"``, ``"graph"`` and ``"hybrid"`` run on Dask workers.
+            (default: ``"single"``, or the plan's mode)
         epochs: optimizer steps (one per epoch in every mode).
         lr: Adam learning rate.
         weight_decay: L2 on the input projection and classifier (and on GNN layers unless
@@ -70,6 +71,7 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
         gnn_weight_decay: L2 on the GNN layers.
         seed: seeds chunking, chunk order and dropout masks; the model's initial weights are yours.
         stages: pipeline stages (block ranges); the math of ``local`` does not depend on it.
+            (default: 1)
         chunks: chunks per epoch; default ``4 × stages`` for chunked modes.
         parts_per_chunk: METIS parts merged at random into each chunk (:func:`gnnpipe.chunk`);
             1 (default): METIS's own parts, the fewest edges between chunks; 4: the GNNPipe
@@ -79,9 +81,10 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
             ``True``: all three on, the paper's set). ``None``: the defaults, except for models
             with PyG message-passing layers, which train with the snapshot off too
             (:func:`gnnpipe.pyg.default_techniques`).
-        ways: data-parallel pipelines of ``hybrid`` (chunks are split among them).
-        parts: graph-parallel ranks of ``graph`` (METIS partitions).
+        ways: data-parallel pipelines of ``hybrid`` (chunks are split among them). (default: 1)
+        parts: graph-parallel ranks of ``graph`` (METIS partitions). (default: 2)
         recompute: keep only stage inputs and aggregations; rerun the forward in backward.
+            (default: ``False``)
         history_dtype: what the chunked modes keep their historical buffers in (``Hbuf``, its
             snapshot and ``dZbuf``, one row per node per aggregating layer):
             ``torch.bfloat16`` or ``torch.float16`` halve that memory, and the rows the hybrid's
@@ -92,14 +95,26 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
             bytes (``gp.comm_volume`` counts them so). ``local`` rounds at its stage boundaries
             alike, so ``pipeline`` still equals it; evaluation is sent in float32.
             (default: ``torch.float32``)
+        schedule: the order of the chunked epoch (``local``, ``pipeline``;
+            :class:`~gnnpipe.core.kinds.TrainSchedule`): ``"gnnpipe"``, GNNPipe's fill-drain
+            (every forward, then every backward in reverse); or ``"1f1b"``, each chunk's backward
+            as soon as the last stage has its loss, backwards in chunk order: stage ``s`` keeps at
+            most ``S - s`` chunks' activations instead of ``C``, and a stage's forward and
+            backward work overlap, which pays when stages' forwards and backwards are unequal;
+            a backward then pulls last epoch's gradients of the chunks after it (a different
+            training rule, measured in the docs). (default: ``"gnnpipe"``)
         cluster: where distributed modes run: ``None`` (a local Dask cluster of the right size,
             closed afterwards), a :class:`~gnnpipe.runtime.cluster.Cluster`, a
             ``distributed.Client`` or a scheduler address.
         workers: if given, the number of workers the run must use exactly.
         background: return at once (distributed modes); use ``run.wait()``, ``run.stop()``.
         timeout: seconds a rank waits on a peer before the run fails.
-        plan: a :class:`~gnnpipe.plan.Plan` from ``gp.plan``: its stage ranges and chunk count
-            replace ``stages`` and ``chunks``.
+        plan: a :class:`~gnnpipe.plan.Plan` from ``gp.plan``: trains its layout in its mode
+            (``mode`` may be left out; ``"local"`` runs a pipeline plan in this process): its
+            stages and their ranges, chunks, ways, parts, ``recompute``, ``history_dtype``,
+            ``wire_dtype`` and ``schedule``, which are then not given (or given as the plan has
+            them). ``run.prediction`` holds what the plan predicted, and ``run.summary()`` puts
+            it beside what was measured.
         eval_every: exact full-graph evaluation after every ``eval_every``-th epoch and the last
             one; the other epochs' metric columns are NaN (``best`` picks among evaluated epochs).
         device: ``"cpu"`` or ``"cuda"``: one-process modes train on this process's GPU (the
@@ -131,20 +146,25 @@ def train(model: LayerStack, data: Data, mode: Mode | str = "single", *, epochs:
         ValueError, TypeError: naming the bad argument (:func:`gnnpipe.api.door.check_train`),
             before the graph is chunked or any Dask cluster is contacted.
     """
+    mode, layout = door.resolve_layout(plan, mode, {
+        "stages": stages, "chunks": chunks, "ways": ways, "parts": parts, "recompute": recompute,
+        "history_dtype": history_dtype, "wire_dtype": wire_dtype, "schedule": schedule})
     model = for_training(model, mode, data)  # PyG BasicGNN / Sequential -> LayerStack, same weights
-    job, data, recovery = door.parse_train(
-        model, data, mode, plan=plan, stages=stages, chunks=chunks,
-        parts_per_chunk=parts_per_chunk, ways=ways, parts=parts, workers=workers, cluster=cluster,
+    job, data, recovery, prediction = door.parse_train(
+        model, data, mode, plan=plan, parts_per_chunk=parts_per_chunk, workers=workers,
+        cluster=cluster,
         techniques=techniques, split=split, checkpoint=checkpoint,
         checkpoint_every=checkpoint_every, resume=resume, restarts=restarts,
         background=background, progress=progress, epochs=epochs, lr=lr,
         weight_decay=weight_decay, gnn_weight_decay=gnn_weight_decay, seed=seed,
-        recompute=recompute, history_dtype=history_dtype, wire_dtype=wire_dtype, timeout=timeout,
+        timeout=timeout, **layout,
         eval_every=eval_every, device=device)
     if job.mode.distributed:
         handle = start_distributed(model, data, job, cluster, recovery)
+        handle.prediction = prediction
         return handle if background else follow(handle, progress)
     run = _train_here(model, data, job, recovery, progress)
+    run.prediction = prediction
     logger.info("%r", run)
     return run
 
@@ -171,7 +191,7 @@ def _train_here(model: LayerStack, data: Data, job: TrainConfig, recovery: ckpt.
         program = LocalEngine(model, eval_data, adj, parts.bounds.tolist(), job.ranges,
                               job.techniques, job.seed, job.recompute, optimizer, layout,
                               history_dtype=torch_dtype(job.history_dtype),
-                              wire_dtype=torch_dtype(job.wire_dtype))
+                              wire_dtype=torch_dtype(job.wire_dtype), schedule=job.schedule)
     start, inherited = recovery.start(program)
     bar = tqdm(total=job.epochs, initial=start, desc=f"{model.name}-{model.num_layers} {job.mode}",
                disable=not progress, leave=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from gnnpipe.core.kinds import Mode, Precision
+from gnnpipe.core.kinds import Mode, Precision, TrainSchedule
 from gnnpipe.core.techniques import Techniques
 
 __all__ = ["CONFIG_VERSION", "LEGACY_PARTS_PER_CHUNK", "PARTS_PER_CHUNK", "Launch", "TrainConfig"]
@@ -50,6 +50,8 @@ class TrainConfig:
         history_dtype: what the historical buffers are stored in (products run in float32).
         wire_dtype: what stage-boundary activations and gradients and graph-parallel halo rows
             are sent (and, in ``local``, rounded) in.
+        schedule: the order of a chunked epoch's forwards and backwards
+            (:class:`~gnnpipe.core.kinds.TrainSchedule`).
         dataset: the graph's name where it has one (a saved run's replay reloads it).
         device: ``"cpu"`` or ``"cuda"``; timeout: seconds a rank waits on a peer.
         checkpoint, checkpoint_every, restarts, resume: where and how often it checkpoints,
@@ -82,6 +84,7 @@ class TrainConfig:
     resume: str | None = None
     history_dtype: Precision = Precision.FLOAT32
     wire_dtype: Precision = Precision.FLOAT32
+    schedule: TrainSchedule = TrainSchedule.GNNPIPE
 
     @property
     def world(self) -> int:
@@ -96,7 +99,7 @@ class TrainConfig:
         out = asdict(self)
         out.update(version=CONFIG_VERSION, mode=self.mode.value,
                    ranges=[list(r) for r in self.ranges], history_dtype=self.history_dtype.value,
-                   wire_dtype=self.wire_dtype.value)
+                   wire_dtype=self.wire_dtype.value, schedule=self.schedule.value)
         return out
 
     @classmethod
@@ -116,6 +119,7 @@ class TrainConfig:
         values["ranges"] = tuple((int(a), int(b)) for a, b in values["ranges"])
         for name in ("history_dtype", "wire_dtype"):
             values[name] = Precision.of(name, raw.get(name, "float32"))
+        values["schedule"] = TrainSchedule.parse("schedule", raw.get("schedule", "gnnpipe"))
         values["techniques"] = Techniques.coerce(raw.get("techniques", True))  # older: all on
         return cls(**values)
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["BlockKind", "Mode", "OpKind", "Precision", "StrEnum"]
+from typing_extensions import Self
+
+__all__ = ["BlockKind", "Mode", "OpKind", "Precision", "StrEnum", "TrainSchedule"]
 
 
 class StrEnum(str, Enum):
@@ -26,7 +28,7 @@ class StrEnum(str, Enum):
         return format(str(self.value), spec)
 
     @classmethod
-    def parse(cls, name: str, value: object) -> StrEnum:
+    def parse(cls, name: str, value: object) -> Self:
         """``value`` as a member, or ``ValueError: name: expected one of (...), got value``."""
         try:
             return cls(value)
@@ -108,3 +110,20 @@ class Precision(StrEnum):
                 return member
         options = tuple(m.value for m in cls)
         raise ValueError(f"{name}: expected a torch dtype or name of {options}, got {value!r}")
+
+
+class TrainSchedule(StrEnum):
+    """The order a chunked epoch runs its chunks' forwards and backwards on each stage.
+
+    ``gnnpipe`` (GNNPipe's fill-drain): every forward of the epoch in chunk order, then every
+    backward in reverse order; a chunk's backward pulls this epoch's gradients of the chunks after
+    it, and a stage keeps all ``C`` chunks' activations until its backward phase. ``1f1b``
+    (PipeDream-flush order): each chunk's backward follows as soon as the last stage has its loss,
+    backwards in chunk order; stage ``s`` keeps at most ``S - s`` chunks in flight and its
+    forward and backward overlap other stages' work, but a chunk's backward pulls last epoch's
+    gradients of the chunks after it (a different training rule: its accuracy is measured in
+    ``benchmarks/schedule_accuracy.py``).
+    """
+
+    GNNPIPE = "gnnpipe"
+    ONE_F_ONE_B = "1f1b"

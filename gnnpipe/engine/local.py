@@ -11,7 +11,7 @@ import torch
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
-from gnnpipe.core.kinds import OpKind
+from gnnpipe.core.kinds import OpKind, TrainSchedule
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.core.timeline import OpEvent
 from gnnpipe.engine import state as engine_state
@@ -45,6 +45,9 @@ class LocalEngine:
         ranges: the stages' block ranges.
         techniques, seed, recompute, history_dtype, wire_dtype: see
             :class:`~gnnpipe.engine.chunked.StageExecutor`.
+        schedule: the epoch's order; with ``1f1b`` each chunk runs its backward right after its
+            forward (the order of every stage's ops is 1F1B's, so ``pipeline`` computes the same),
+            and one chunk at a time is stashed.
         optimizer: Adam over all of ``model``.
         layout: where its checkpoint shard comes from (:func:`gnnpipe.checkpoint.layout`).
     """
@@ -54,7 +57,9 @@ class LocalEngine:
                  recompute: bool, optimizer: torch.optim.Optimizer,
                  layout: dict[str, Any] | None = None,
                  history_dtype: torch.dtype = torch.float32,
-                 wire_dtype: torch.dtype = torch.float32) -> None:
+                 wire_dtype: torch.dtype = torch.float32,
+                 schedule: TrainSchedule = TrainSchedule.GNNPIPE) -> None:
+        self.schedule = schedule
         self.data, self.bounds, self.seed, self.techniques = data, [int(b) for b in bounds], seed, techniques
         self.model, self.adj, self.optimizer, self.layout = model, adj, optimizer, layout or {}
         self.stages = [StageExecutor(model, a, b, adj, bounds, techniques, seed, recompute,
@@ -87,22 +92,36 @@ class LocalEngine:
             ex.begin_epoch(epoch)
 
     def run_chunks(self, epoch: int) -> float:
-        """Forward all chunks in the epoch's order, backward in reverse; the summed loss."""
+        """Forward all chunks in the epoch's order, backward in reverse (``gnnpipe``), or each
+        chunk's backward right after its forward (``1f1b``); the summed loss."""
         order = chunk_order(self.num_chunks, self.seed, epoch, self.techniques.random_order)
-        last = len(self.stages) - 1
         loss = 0.0
+        if self.schedule is TrainSchedule.ONE_F_ONE_B:
+            for c in order:  # every stage sees its forwards, and its backwards, in chunk order
+                loss += self._forward(c, epoch)
+                self._backward(c, epoch)
+            return loss
         for c in order:
-            lo, hi = self.bounds[c], self.bounds[c + 1]
-            tensors = [self.data.x[lo:hi]]
-            for s, ex in enumerate(self.stages):
-                target = self._target(c) if s == last else None
-                tensors = self._timed(s, c, epoch, OpKind.FORWARD, ex.forward, c, tensors, target)
-            loss += float(tensors[0].detach())
+            loss += self._forward(c, epoch)
         for c in reversed(order):
-            grads = None
-            for s in range(last, -1, -1):
-                grads = self._timed(s, c, epoch, OpKind.BACKWARD, self.stages[s].backward, c, grads)
+            self._backward(c, epoch)
         return loss
+
+    def _forward(self, c: int, epoch: int) -> float:
+        """Chunk ``c`` forward through every stage; its loss."""
+        lo, hi = self.bounds[c], self.bounds[c + 1]
+        tensors = [self.data.x[lo:hi]]
+        last = len(self.stages) - 1
+        for s, ex in enumerate(self.stages):
+            target = self._target(c) if s == last else None
+            tensors = self._timed(s, c, epoch, OpKind.FORWARD, ex.forward, c, tensors, target)
+        return float(tensors[0].detach())
+
+    def _backward(self, c: int, epoch: int) -> None:
+        """Chunk ``c`` backward through every stage, last to first."""
+        grads = None
+        for s in range(len(self.stages) - 1, -1, -1):
+            grads = self._timed(s, c, epoch, OpKind.BACKWARD, self.stages[s].backward, c, grads)
 
     def step(self, epoch: int) -> None:
         self.optimizer.step()

@@ -1,337 +1,245 @@
-"""Plans: stage ranges and a chunk count chosen by DP and simulation, with what they should cost."""
+"""``gp.plan``: one search over every layout (mode, shape, split, chunks, memory options) of a
+job on ``N`` workers, from one profile, under a memory limit."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import json
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from torch_geometric.data import Data
 
-from gnnpipe.analysis.memory import block_costs, estimate
+from gnnpipe.analysis.memory import MemoryModel
 from gnnpipe.core import checks as check
-from gnnpipe.core.job import PARTS_PER_CHUNK, TrainConfig
-from gnnpipe.core.kinds import Mode
-from gnnpipe.core.timeline import Timeline
-from gnnpipe.core.units import DEFAULT_BANDWIDTH, format_bytes, parse_bandwidth, parse_bytes
-from gnnpipe.engine.local import stage_ranges
+from gnnpipe.core.kinds import Mode, TrainSchedule
+from gnnpipe.core.prediction import CANDIDATE_COLUMNS
+from gnnpipe.core.units import format_bytes, parse_bandwidth, parse_bytes
 from gnnpipe.nn import LayerStack
-from gnnpipe.plan.profile import (
-    BlockCost,
-    Profile,
-    check_inputs,
-    profile_counts,
-    profile_on_workers,
-)
-from gnnpipe.plan.stages import Fits, least_memory, split_stages, too_small
-from gnnpipe.pyg import as_stack, default_techniques
-from gnnpipe.schedule import gnnpipe as gnnpipe_schedule
-from gnnpipe.schedule.simulator import simulate
+from gnnpipe.plan.costs import DEFAULT_LATENCY, Network
+from gnnpipe.plan.layout import PLANNED_MODES, Layout, layouts
+from gnnpipe.plan.profile import Profile, check_inputs, profile_counts, profile_on_workers
+from gnnpipe.plan.result import Plan
+from gnnpipe.plan.search import Candidate, Search
+from gnnpipe.plan.stages import split_stages
+from gnnpipe.pyg import as_stack
 
-__all__ = ["DEFAULT_LATENCY", "MAX_CHUNKS", "PLAN_FORMAT", "Plan", "chunk_candidates", "plan",
-           "predict"]
+__all__ = ["DEFAULT_SCHEDULES", "MAX_CHUNKS", "memory_costs", "plan"]
 
-#: Seconds each point-to-point message costs besides its bytes (gloo latency, Python).
-DEFAULT_LATENCY = 1e-4
+logger = logging.getLogger(__name__)
+
+#: The most chunks a plan weighs when the profile allows more.
 MAX_CHUNKS = 64
-#: The ``format`` of a plan written by :meth:`Plan.to_json`.
-PLAN_FORMAT = "gnnpipe.plan/1"
-
-
-def chunk_candidates(stages: int, num_nodes: int, limit: int = MAX_CHUNKS) -> list[int]:
-    """Chunk counts worth simulating: powers of two and multiples of ``stages`` in
-    ``[stages, limit]`` (at most one chunk per node)."""
-    top = min(max(limit, stages), num_nodes)
-    found = {2**k for k in range(top.bit_length()) if stages <= 2**k <= top}
-    found |= set(range(stages, top + 1, stages))
-    return sorted(found) or [min(stages, num_nodes)]
-
-
-def _transfers(profile: Profile, chunks: int, bandwidth: float, latency: float) -> list[float]:
-    """Seconds per epoch to move every row across each possible cut, forward and backward."""
-    n = profile.num_nodes
-    return [2 * (n * w / bandwidth + chunks * latency) for w in profile.boundary_bytes]
-
-
-def _stage_costs(profile: Profile, ranges: Sequence[tuple[int, int]], chunks: int,
-                 bandwidth: float, latency: float) -> tuple[dict, float, list[float]]:
-    """Simulator costs per (kind, stage), the per-chunk transfer delay and epoch busy seconds
-    (compute, plus the transfers at a stage's cuts)."""
-    n, costs, busy = profile.num_nodes, {}, []
-    for s, (a, b) in enumerate(ranges):
-        blocks = profile.blocks[a:b]
-        costs["forward", s] = sum(n * c.forward_s / chunks + c.forward_fixed_s for c in blocks)
-        costs["backward", s] = sum(n * c.backward_s / chunks + c.backward_fixed_s for c in blocks)
-        costs["step", s] = sum(c.step_s for c in blocks)
-        busy.append(sum(c.seconds(n, chunks) for c in blocks))
-    transfers = _transfers(profile, chunks, bandwidth, latency)
-    for s, (a, _) in enumerate(ranges[1:]):
-        busy[s] += transfers[a - 1]
-        busy[s + 1] += transfers[a - 1]
-    cuts = [profile.boundary_bytes[a - 1] for a, _ in ranges[1:]]
-    delay = max((n / chunks * w / bandwidth + latency for w in cuts), default=0.0)
-    return costs, delay, busy
-
-
-def predict(profile: Profile, ranges: Sequence[tuple[int, int]], chunks: int,
-            bandwidth: float | str | None = None, latency: float = DEFAULT_LATENCY) -> Timeline:
-    """Simulate one epoch of GNNPipe's schedule for these stage ranges and chunk count."""
-    costs, delay, _ = _stage_costs(profile, ranges, chunks, parse_bandwidth(bandwidth), latency)
-    return simulate(gnnpipe_schedule(len(ranges), chunks, step=True), costs, comm=delay)
-
-
-def _refine(profile: Profile, ranges: list[tuple[int, int]], chunks: int, bandwidth: float,
-            latency: float, fits: Fits) -> tuple[float, list[tuple[int, int]], Timeline]:
-    """Move single boundaries one block at a time while the simulated epoch gets shorter (the
-    DP's bottleneck objective only approximates the schedule's makespan)."""
-    timeline = predict(profile, ranges, chunks, bandwidth, latency)
-    best, improved = timeline.makespan(), True
-    while improved:
-        improved = False
-        for k, step in itertools.product(range(1, len(ranges)), (-1, 1)):
-            edges = [0, *(a for a, _ in ranges[1:]), ranges[-1][1]]
-            edges[k] += step
-            moved = list(itertools.pairwise(edges))
-            if all(a < b and fits(a, b) for a, b in moved):
-                trial = predict(profile, moved, chunks, bandwidth, latency)
-                if trial.makespan() < best * (1 - 1e-9):
-                    best, ranges, timeline, improved = trial.makespan(), moved, trial, True
-    return best, ranges, timeline
-
-
-@dataclass(frozen=True, repr=False)
-class Plan:
-    """Stage ranges and chunk count for ``gp.train(plan=...)``, with what they should cost.
-
-    Attributes:
-        ranges: each stage's block range ``(start, stop)``.
-        chunks: chunks per epoch ``C``.
-        epoch_time: predicted seconds per training epoch (the simulated makespan).
-        stage_times: predicted busy seconds per epoch of each stage (compute plus transfers).
-        memory: each stage's peak bytes, from :func:`gnnpipe.analysis.memory.estimate` (as
-            ``gp.estimate_memory`` gives it for this layout).
-        layers: GNN (aggregating) layers in each stage.
-        timeline: the simulated epoch.
-        profile: the measured block costs the plan came from.
-        candidates: every chunk count tried, with its DP split and that split's predicted epoch
-            (before the boundaries were nudged).
-        made_for: what the plan was made for, as its maker records it (the command line keeps
-            ``model``, ``layers``, ``hidden`` and ``dataset`` here); saved with :meth:`to_json`.
-    """
-
-    ranges: tuple[tuple[int, int], ...]
-    chunks: int
-    epoch_time: float
-    stage_times: tuple[float, ...]
-    memory: tuple[int, ...]
-    layers: tuple[int, ...]
-    timeline: Timeline
-    profile: Profile
-    memory_limit: int | None = None
-    bandwidth: float = DEFAULT_BANDWIDTH
-    latency: float = DEFAULT_LATENCY
-    candidates: pd.DataFrame = field(default_factory=pd.DataFrame)
-    made_for: dict[str, Any] = field(default_factory=dict)
-
-    def predict(self, ranges: Sequence[tuple[int, int]] | None = None,
-                chunks: int | None = None) -> Timeline:
-        """Simulated epoch of another split (e.g. the uniform one) with this plan's costs."""
-        return predict(self.profile, ranges or self.ranges, chunks or self.chunks,
-                       self.bandwidth, self.latency)
-
-    def table(self) -> pd.DataFrame:
-        """One row per stage: blocks, GNN layers, predicted busy seconds, memory."""
-        return pd.DataFrame({
-            "stage": range(len(self.ranges)),
-            "blocks": [f"{a}-{b - 1}" for a, b in self.ranges],
-            "layers": self.layers,
-            "predicted_s": self.stage_times,
-            "memory": [format_bytes(m) for m in self.memory],
-        }).set_index("stage")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready values: everything but the simulated timeline, which
-        :meth:`from_dict` simulates again from the profile."""
-        return {
-            "format": PLAN_FORMAT, "made_for": dict(self.made_for),
-            "ranges": [list(r) for r in self.ranges], "chunks": self.chunks,
-            "epoch_time": self.epoch_time, "stage_times": list(self.stage_times),
-            "memory": list(self.memory), "layers": list(self.layers),
-            "memory_limit": self.memory_limit, "bandwidth": self.bandwidth,
-            "latency": self.latency, "profile": {
-                **dataclasses.asdict(self.profile),
-                "blocks": [dataclasses.asdict(b) for b in self.profile.blocks],
-                "chunk_counts": list(self.profile.chunk_counts),
-                "boundary_bytes": list(self.profile.boundary_bytes)},
-            "candidates": [{"chunks": int(r["chunks"]), "epoch_time": float(r["epoch_time"]),
-                            "ranges": [list(x) for x in r["ranges"]]}
-                           for r in self.candidates.to_dict("records")],
-        }
-
-    @classmethod
-    def from_dict(cls, values: Any) -> Plan:
-        """The plan :meth:`to_dict` described; ``ValueError`` if ``values`` is not one."""
-        if not isinstance(values, dict) or values.get("format") != PLAN_FORMAT:
-            raise ValueError(f"plan: expected a gnnpipe plan (written by Plan.to_json or "
-                             f"'gnnpipe plan --out'), got {type(values).__name__} without "
-                             f"format {PLAN_FORMAT!r}")
-        try:
-            raw = values["profile"]
-            profile = Profile(blocks=tuple(BlockCost(**b) for b in raw["blocks"]),
-                              num_nodes=raw["num_nodes"], chunk_counts=tuple(raw["chunk_counts"]),
-                              boundary_bytes=tuple(raw["boundary_bytes"]), seconds=raw["seconds"])
-            ranges = tuple((int(a), int(b)) for a, b in values["ranges"])
-            chunks, bandwidth, latency = int(values["chunks"]), values["bandwidth"], values["latency"]
-            return cls(
-                ranges=ranges, chunks=chunks, epoch_time=float(values["epoch_time"]),
-                stage_times=tuple(values["stage_times"]), memory=tuple(values["memory"]),
-                layers=tuple(values["layers"]),
-                timeline=predict(profile, ranges, chunks, bandwidth, latency), profile=profile,
-                memory_limit=values["memory_limit"], bandwidth=bandwidth, latency=latency,
-                candidates=pd.DataFrame([{**c, "ranges": [tuple(x) for x in c["ranges"]]}
-                                         for c in values["candidates"]]),
-                made_for=dict(values["made_for"]))
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"plan: a damaged gnnpipe plan ({type(err).__name__}: {err})") from None
-
-    def to_json(self, path: str | Path) -> Path:
-        """Write :meth:`to_dict` as JSON to ``path``; returns the path."""
-        path = Path(path)
-        path.write_text(json.dumps(self.to_dict(), indent=1))
-        return path
-
-    @classmethod
-    def from_json(cls, path: str | Path) -> Plan:
-        """Read a plan written by :meth:`to_json`; ``ValueError`` naming the file otherwise."""
-        try:
-            values = json.loads(Path(path).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"plan: cannot read a plan from {path} ({err})") from None
-        return cls.from_dict(values)
-
-    def __repr__(self) -> str:
-        limit = "none" if self.memory_limit is None else format_bytes(self.memory_limit)
-        head = (f"Plan: {len(self.ranges)} stages, {self.chunks} chunks, predicted epoch "
-                f"{self.epoch_time:.4g} s (memory limit {limit})")
-        return head + "\n" + self.table().to_string(float_format=lambda v: f"{v:.4g}")
+#: The pipeline schedules a plan weighs by default.
+DEFAULT_SCHEDULES = (TrainSchedule.GNNPIPE, TrainSchedule.ONE_F_ONE_B)
 
 
 def memory_costs(model: LayerStack, data: Data, workers: int, chunks: int | None = None,
                  seed: int = 0) -> tuple[list[int], int]:
-    """What :func:`plan` splits by: per block, the bytes a stage holding it adds, and the bytes
-    every stage holds besides (:func:`gnnpipe.analysis.memory.block_costs`, the model of
-    ``gp.estimate_memory``), for a ``workers``-stage pipeline of ``chunks`` chunks (default
-    ``4 × workers``). A split fits ``memory_limit`` when each stage's blocks' sum plus the
-    second number does."""
+    """What a pipeline's split is priced by: per block, the bytes a stage holding it adds, and
+    the bytes every stage holds besides (:meth:`gnnpipe.analysis.memory.MemoryModel.block_costs`,
+    the model of ``gp.estimate_memory``), for a ``workers``-stage pipeline of ``chunks`` chunks
+    (default ``4 × workers``). A split fits ``memory_limit`` when each stage's blocks' sum plus
+    the second number does."""
     model = as_stack(model, data)
     data = check_inputs(model, data)
-    return block_costs(model, data, _memory_job(model, workers, chunks or 4 * workers, seed))
+    memory = MemoryModel(model, data, seed)
+    layout = Layout(Mode.PIPELINE, stages=workers, chunks=chunks or 4 * workers)
+    return memory.block_costs(Search(model, data, _NO_PROFILE, memory, Network(1.0), None,
+                                     0).job(layout))
 
 
-def _memory_job(model: LayerStack, workers: int, chunks: int, seed: int) -> TrainConfig:
-    """The pipeline job a plan's memory is estimated for: ``gp.train``'s defaults, ``workers``
-    stages of the uniform split (the split changes what the estimate sums, not how)."""
-    return TrainConfig(
-        mode=Mode.PIPELINE, model=model.name, layers=model.num_layers, epochs=1, lr=0.01,
-        weight_decay=0.0, gnn_weight_decay=None, seed=seed, stages=workers,
-        ranges=tuple(stage_ranges(len(model), workers)), chunks=chunks,
-        parts_per_chunk=PARTS_PER_CHUNK, ways=1, parts=1, techniques=default_techniques(model),
-        recompute=False, dataset=None)
+_NO_PROFILE = Profile((), 0, (1, 1), ())  # jobs and memory need no costs
 
 
-def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str | None = None,
-         bandwidth: float | str | None = None, *, chunks: int | Sequence[int] | None = None,
-         profile: Profile | None = None, cluster: Any = None, latency: float = DEFAULT_LATENCY,
-         seed: int = 0, repeats: int = 3) -> Plan:
-    """Choose stage boundaries and the chunk count for a ``workers``-stage pipeline.
+def _modes(modes: Any) -> tuple[Mode, ...]:
+    if modes is None:
+        return PLANNED_MODES
+    values = [modes] if isinstance(modes, str) else list(modes)
+    names = tuple(m.value for m in PLANNED_MODES)
+    if not values or any(str(v) not in names for v in values):
+        raise ValueError(f"modes: expected some of {names}, got {modes!r}")
+    return tuple(Mode(str(v)) for v in values)
 
-    Profiles ``model`` on ``data`` (unless ``profile`` is given), then for every candidate chunk
-    count splits the blocks by :func:`split_stages` (compute plus boundary transfer at
-    ``bandwidth`` bytes/s, memory under ``memory_limit``) and simulates GNNPipe's schedule. For
-    the three fastest counts, boundaries are then nudged one block at a time while the simulated
-    epoch shortens; the fastest predicted epoch wins.
 
-    Args:
-        model: the stack to split.
-        data: the graph it trains on (float64 or float16 features are profiled as float32).
-        workers: pipeline stages (one Dask worker each).
-        memory_limit: bytes per stage, as a number or a string (``"8GB"``, ``"512MiB"``).
-        bandwidth: stage-to-stage bytes/s (a number or ``"1GB/s"``); default
-            :data:`DEFAULT_BANDWIDTH`.
-        chunks: a chunk count or counts to consider; default :func:`chunk_candidates` up to
-            the larger of the profile's two chunk counts: its costs per row and per chunk are a
-            line through those two, and past them the line missed (a GCN-32 planned at 64
-            chunks measured 28% slower than predicted).
-        profile: reuse a :func:`profile_model` result.
-        cluster: profile on this cluster's workers (a ``gp.Cluster``, ``distributed.Client``
-            or scheduler address), ``workers`` of them at once, each the blocks of one stage of
-            the uniform split: the ops then pay for the workers sharing memory bandwidth and
-            caches, in the workers' environment and threads, as the stages will; the slices'
-            profiles are joined. Default (None): the same on a local cluster of ``workers``
-            workers started for the profile as ``gp.train`` starts its own (one torch thread
-            per rank, gnnpipe's worker environment), closed afterwards. To profile in this
-            process instead, pass ``profile=profile_model(model, data)`` (``from gnnpipe.plan
-            import profile_model``).
-        latency: seconds per message besides its bytes.
-        seed: seeds the sample chunking.
-        repeats: profiled epochs at each of the profiler's two chunk counts (medians are used).
-    """
-    model = as_stack(model, data)  # a PyG BasicGNN or Sequential, as gp.train takes it
-    data = check_inputs(model, data)
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= len(model):
-        raise ValueError(f"workers: expected 1 to {len(model)} (the model's blocks), "
-                         f"got {workers!r}")
-    limit = None if memory_limit is None else parse_bytes(memory_limit, "memory_limit")
-    bw, n = parse_bandwidth(bandwidth), data.num_nodes
-    counts = None if chunks is None else [chunks] if isinstance(chunks, int) else list(chunks)
-    if counts is not None and (not counts or any(
-            isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= n for c in counts)):
-        raise ValueError(f"chunks: expected counts from 1 to {n} (the graph's nodes), "
-                         f"got {chunks!r}")
+def _schedules(schedules: Any) -> tuple[TrainSchedule, ...]:
+    if schedules is None:
+        return DEFAULT_SCHEDULES
+    values = [schedules] if isinstance(schedules, str) else list(schedules)
+    if not values:
+        raise ValueError("schedules: expected at least one of ('gnnpipe', '1f1b'), got none")
+    return tuple(TrainSchedule.parse("schedules", v) for v in values)
+
+
+def _check(model: LayerStack, data: Data, workers: Any, chunks: Any, latency: Any, seed: Any,
+           repeats: Any, profile: Any, compact: Any) -> int | None:
+    """The arguments checked before anything runs; the largest chunk count allowed."""
+    check.positive_int("workers", workers)
+    n = data.num_nodes
+    top = None
+    if chunks is not None:
+        top = check.positive_int("chunks", chunks)
+        if top > n:
+            raise ValueError(f"chunks: expected at most {n} (the graph's nodes), got {chunks!r}")
     check.nonnegative_float("latency", latency)
     check.integer("seed", seed, 0)
     check.positive_int("repeats", repeats)
+    if compact not in (None, True, False):
+        raise TypeError(f"compact: expected None, True or False, got {compact!r}")
     if profile is not None and not isinstance(profile, Profile):
-        raise TypeError(f"profile: expected a Profile from gnnpipe.plan.profile_model, "
-                        f"got {type(profile).__name__}")
+        raise TypeError(f"profile: expected a Profile from gnnpipe.plan.profile_model or "
+                        f"plan.profile, got {type(profile).__name__}")
     if profile is not None and (len(profile.blocks) != len(model) or profile.num_nodes != n):
         raise ValueError("profile: it was measured for another model or graph")
-    # memory first, from the memory model: a limit no split meets is refused before profiling
-    top = max(profile.chunk_counts) if profile else profile_counts(4 * workers, n)[1]
-    job = _memory_job(model, workers, top, seed)
-    memory, shared = block_costs(model, data, job)
-    if limit is not None and (least := least_memory(memory, workers, shared)) > limit:
-        raise too_small(limit, workers, least)
-    if profile is None:  # on the ranks' workers, or on ones started like gp.train starts them
-        profile = profile_on_workers(cluster, workers, model, data, 4 * workers,
-                                     repeats=repeats, seed=seed)
-    if counts is None:  # where the per-row and per-chunk costs were measured, not beyond
-        counts = chunk_candidates(workers, n, limit=max(profile.chunk_counts))
-    prefix = [0, *itertools.accumulate(memory)]
+    return top
 
-    def fits(a: int, b: int) -> bool:
-        return limit is None or prefix[b] - prefix[a] + shared <= limit
 
-    tried = []
-    for c in counts:
-        seconds = [b.seconds(n, c) for b in profile.blocks]
-        ranges = split_stages(seconds, memory, _transfers(profile, c, bw, latency), workers, limit,
-                              stage_memory=shared)
-        tried.append((predict(profile, ranges, c, bw, latency).makespan(), c, ranges))
-    refined = [(*_refine(profile, r, c, bw, latency, fits), c)  # the three best counts
-               for _, c, r in sorted(tried)[:3]]
-    epoch, ranges, timeline, best = min(refined, key=lambda t: (t[0], t[3]))
-    _, _, busy = _stage_costs(profile, ranges, best, bw, latency)
-    chosen = dataclasses.replace(job, ranges=tuple(ranges), chunks=best)
-    return Plan(
-        ranges=tuple(ranges), chunks=best, epoch_time=epoch, stage_times=tuple(busy),
-        memory=tuple(int(m) for m in estimate(model, data, chosen)["peak_bytes"]),
-        layers=tuple(sum(c.aggregates for c in profile.blocks[a:b]) for a, b in ranges),
-        timeline=timeline, profile=profile, memory_limit=limit, bandwidth=bw, latency=latency,
-        candidates=pd.DataFrame([{"chunks": c, "epoch_time": t, "ranges": r}
-                                 for t, c, r in tried]))
+def _least(search: Search, layout: Layout, chunks: int) -> int:
+    """The least a rank of ``layout`` can need: its estimate (``single``, ``graph``), or the
+    estimate of the split whose largest stage's per-block bound is least, at ``chunks``."""
+    if not layout.mode.staged:
+        return max(search.peaks(layout))
+    layout = dataclasses.replace(layout, chunks=chunks - chunks % layout.ways or layout.ways)
+    own, _ = search.memory.block_costs(search.job(layout))
+    split = _least_split(own, layout.stages)
+    return max(search.peaks(dataclasses.replace(layout, ranges=tuple(split))))
+
+
+def _least_split(own: Sequence[int], stages: int) -> list[tuple[int, int]]:
+    """The split whose largest stage (by ``own``, per block) is least."""
+    return split_stages(own, [0] * len(own), [0.0] * (len(own) - 1), stages)
+
+
+def _refuse(search: Search, candidates: list[Layout], limit: int, chunks: int) -> None:
+    """``ValueError`` naming the smallest need when no layout fits ``limit`` (before any
+    profiling: the memory model alone decides)."""
+    needs = [(_least(search, layout, chunks), layout) for layout in candidates]
+    least, layout = min(needs, key=lambda t: t[0])
+    if least > limit:
+        raise ValueError(f"memory_limit: {format_bytes(limit)} ({limit:,} bytes) is too small for "
+                         f"every layout on {_workers(candidates)} workers; the least any "
+                         f"rank can need is {format_bytes(least)} ({least:,} bytes), with "
+                         f"{layout.describe()}")
+
+
+def _workers(candidates: Sequence[Layout]) -> int:
+    return max((c.workers for c in candidates), default=1)
+
+
+def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str | None = None,
+         bandwidth: float | str | None = None, *, modes: Any = None, chunks: int | None = None,
+         compact: bool | None = None, schedules: Any = None, profile: Profile | None = None,
+         cluster: Any = None, latency: float = DEFAULT_LATENCY, seed: int = 0,
+         repeats: int = 2) -> Plan:
+    """How to run ``model`` on ``data`` with ``workers`` Dask workers: the fastest predicted
+    layout that fits ``memory_limit``, among every mode, shape, split, chunk count and memory
+    option.
+
+    The model is profiled once (per-block costs inside the chunked epoch, on the workers); then
+    every layout of ``modes`` is weighed (:func:`gnnpipe.plan.layout.layouts`): ``single``;
+    ``pipeline`` with 2 to ``workers`` stages, its split by dynamic programming and nudged by
+    simulation, for chunk counts of 1 to 16 × its stages; ``graph`` with 2 to ``workers``
+    parts; ``hybrid`` with ``ways × stages <= workers``; staged layouts in each of
+    ``schedules``, with and without ``recompute``, and with 16-bit histories and wire. Each gets
+    a predicted epoch (:mod:`gnnpipe.plan.costs`), every rank's peak memory
+    (``gp.estimate_memory``'s model) and its bytes per epoch (``gp.comm_volume``). Without a
+    ``memory_limit`` the layouts that only save memory (``recompute``, and 16-bit ones unless
+    ``compact=True``) cannot be chosen and are not weighed.
+
+    Args:
+        model: the stack (or a PyG ``BasicGNN`` / ``Sequential``, as ``gp.train`` takes it).
+        data: the graph it trains on.
+        workers: the Dask workers available (a layout may use fewer).
+        memory_limit: bytes a rank may hold (``"8GB"``, ``"512MiB"``); a limit no layout meets is
+            refused from the memory model before anything is profiled. (default: none)
+        bandwidth: bytes/s between workers (``"1GB/s"``). (default: 1 GB/s)
+        modes: the modes to weigh, some of ``single``, ``pipeline``, ``graph``, ``hybrid``.
+            (default: all)
+        chunks: the most chunks a staged layout may have. (default: what the profile measured,
+            at most :data:`MAX_CHUNKS`)
+        compact: 16-bit histories and wire (they change what is computed, by less than half a
+            point of accuracy where measured): ``None`` weighs them but chooses one only when no
+            float32 layout fits; ``True`` chooses them on speed alone; ``False`` leaves them out.
+            (default: ``None``)
+        schedules: the pipeline schedules to weigh. (default: :data:`DEFAULT_SCHEDULES`)
+        profile: a profile to reuse (``plan.profile`` of another plan, or
+            ``gnnpipe.plan.profile_model``): nothing is profiled again.
+        cluster: profile on this cluster's workers (a ``gp.Cluster``, ``distributed.Client``
+            or scheduler address), each timing one stage's share of the blocks at once, as the
+            ranks will run. (default: workers started for the profile as ``gp.train`` starts
+            its ranks, closed afterwards)
+        latency: seconds per message besides its bytes.
+        seed: seeds chunkings and partitions (as ``gp.train``'s ``seed``).
+        repeats: profiled epochs (medians), after one untimed epoch.
+
+    Returns:
+        The :class:`~gnnpipe.plan.result.Plan`; ``plan.table()`` ranks every candidate and
+        says why each lost; ``gp.train(model, data, plan=plan)`` runs it.
+    """
+    model = as_stack(model, data)
+    data = check_inputs(model, data)
+    top = _check(model, data, workers, chunks, latency, seed, repeats, profile, compact)
+    limit = None if memory_limit is None else parse_bytes(memory_limit, "memory_limit")
+    net = Network(parse_bandwidth(bandwidth), latency)
+    candidates = [c for c in layouts(workers, len(model), _modes(modes), compact,
+                                      _schedules(schedules))
+                  if limit is not None or compact or not (c.recompute or c.compact)]
+    slices = min(workers, len(model))
+    high = max(profile.chunk_counts) if profile else profile_counts(4 * slices,
+                                                                   data.num_nodes)[1]
+    max_chunks = min(top or MAX_CHUNKS, high)
+    memory = MemoryModel(model, data, seed)
+    if limit is not None:
+        _refuse(Search(model, data, _NO_PROFILE, memory, net, limit, max_chunks), candidates,
+                limit, max_chunks)
+    if profile is None:
+        profile = profile_on_workers(cluster, slices, model, data, 4 * slices, repeats=repeats,
+                                     seed=seed)
+    search = Search(model, data, profile, memory, net, limit, max_chunks)
+    weighed = [search.evaluate(layout) for layout in candidates]
+    chosen, table = _rank(weighed, compact)
+    return Plan(layout=chosen.layout, epoch_time=chosen.epoch_time, peak_bytes=chosen.peak_bytes,
+                comm_bytes=chosen.comm_bytes, profile=profile, stage_times=chosen.stage_times,
+                timeline=chosen.timeline, candidates=table, workers=workers, memory_limit=limit,
+                bandwidth=net.bandwidth, latency=net.latency)
+
+
+def _order(c: Candidate, float32_fits: bool, compact: bool | None) -> tuple:
+    """Fitting first; 16-bit layouts after float32 ones while a float32 one fits (unless
+    ``compact``); then the fastest."""
+    deferred = compact is None and float32_fits and c.layout.compact
+    return (not c.fits, deferred, c.epoch_time)
+
+
+def _rank(weighed: list[Candidate], compact: bool | None) -> tuple[Candidate, pd.DataFrame]:
+    """The chosen candidate and the table of all, best first, each with why it lost."""
+    float32_fits = any(c.fits and not c.layout.compact for c in weighed)
+    ranked = sorted(weighed, key=lambda c: _order(c, float32_fits, compact))
+    chosen = ranked[0]
+    rows = []
+    for c in ranked:
+        lay = c.layout
+        rows.append({
+            "layout": lay.describe(), "mode": lay.mode.value, "stages": lay.stages,
+            "ways": lay.ways, "parts": lay.parts, "chunks": lay.chunks,
+            "schedule": lay.schedule.value, "recompute": lay.recompute,
+            "history_dtype": lay.history_dtype.value, "wire_dtype": lay.wire_dtype.value,
+            "workers": lay.workers, "epoch_time": c.epoch_time, "peak_bytes": max(c.peak_bytes),
+            "comm_bytes": c.comm_bytes, "fits": c.fits, "chosen": c is chosen,
+            "reason": _reason(c, chosen, float32_fits, compact)})
+    return chosen, pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
+
+
+def _reason(c: Candidate, chosen: Candidate, float32_fits: bool, compact: bool | None) -> str:
+    if c is chosen:
+        fit = "fits the memory limit" if c.fits else "no layout fits the memory limit"
+        return f"chosen: the fastest predicted epoch among the layouts that {fit}" if c.fits \
+            else f"chosen: {fit}; this one needs the least"
+    if not c.fits:
+        return f"needs {format_bytes(max(c.peak_bytes))} on a rank, over the memory limit"
+    if compact is None and float32_fits and c.layout.compact:
+        return "stores or sends 16-bit values, not needed: a float32 layout fits"
+    ratio = c.epoch_time / chosen.epoch_time if chosen.epoch_time > 0 else float("inf")
+    return f"slower: predicted epoch {ratio:.2f}x the chosen one's"
+

@@ -37,6 +37,7 @@ from gnnpipe.pyg import as_stack
 
 __all__ = [
     "BYTES_PER_VALUE",
+    "TINY_ROWS",
     "WORKER_WARMUP",
     "BlockCost",
     "Profile",
@@ -47,10 +48,14 @@ __all__ = [
 ]
 
 BYTES_PER_VALUE = 4  # fp32
-#: Unmeasured epochs before the timed ones on Dask workers: a worker's first two chunked epochs
-#: run slower than its steady ones (measured 3× and 1.2×: its heap and allocator thresholds
-#: still growing), and a fresh one would otherwise predict a slower pipeline than it is.
-WORKER_WARMUP = 2
+#: Unmeasured epochs before the timed ones on Dask workers: a worker's first chunked epoch runs
+#: slower than its steady ones (measured 3×: its heap and allocator thresholds still growing),
+#: and a fresh one would otherwise predict a slower pipeline than it is.
+WORKER_WARMUP = 1
+#: Rows of the small chunk the profile carves off its last chunk: its ops cost what every
+#: chunk op costs whatever its rows, so one chunking gives both a block's seconds per row and
+#: per chunk op.
+TINY_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,8 @@ class BlockCost:
 class Profile:
     """Per-block costs of a model on a graph, and the bytes per row crossing each possible cut
     (``boundary_bytes[j]``: between blocks ``j`` and ``j + 1``, one direction).
-    ``chunk_counts`` are the two chunkings the costs were measured at."""
+    ``chunk_counts``: the chunk count the costs were measured at, and the most chunks their
+    line (from :data:`TINY_ROWS` rows to that count's chunks) reaches."""
 
     blocks: tuple[BlockCost, ...]
     num_nodes: int
@@ -132,7 +138,8 @@ class _SliceBench:
                  seed: int) -> None:
         parts = make_chunks(data, chunks, seed=seed)
         self.data = ordered = parts.apply(data)
-        self.bounds = [int(b) for b in parts.bounds]
+        self.bounds = _with_tiny(parts.bounds.tolist())
+        self.tiny = len(self.bounds) - 2  # the last chunk: TINY_ROWS rows
         self.seed = seed
         adj = normalized_adjacency(ordered.edge_index, data.num_nodes, work.norm)
         # One stage's blocks share its chunks' rows (and gather buffer), hot from block to
@@ -166,7 +173,8 @@ class _SliceBench:
     # block of its forwards, backwards and of its step + resets.
     def begin_epoch(self, epoch: int) -> None:
         n = len(self.executors)
-        self.took = took = {"forward": [0.0] * n, "backward": [0.0] * n, "step": [0.0] * n}
+        self.took = took = {kind: [0.0] * n for kind in
+                            ("forward", "backward", "step", "forward_tiny", "backward_tiny")}
         for k, ex in enumerate(self.executors):
             start = time.perf_counter()
             ex.begin_epoch(epoch)
@@ -177,17 +185,19 @@ class _SliceBench:
         order = chunk_order(len(self.bounds) - 1, self.seed, epoch, random_order=True)
         for c in order:
             tensors = self.inputs[c]
+            forward = "forward_tiny" if c == self.tiny else "forward"
             for k, ex in enumerate(self.executors):
                 start = time.perf_counter()
                 tensors = ex.forward(c, tensors, self.target(c, k))
-                took["forward"][k] += time.perf_counter() - start
+                took[forward][k] += time.perf_counter() - start
         for c in reversed(order):
             grads: Sequence[Tensor | None] | None = (
                 None if self.out_grads is None else self.out_grads[c])
+            backward = "backward_tiny" if c == self.tiny else "backward"
             for k in range(n - 1, -1, -1):
                 start = time.perf_counter()
                 grads = self.executors[k].backward(c, grads)
-                took["backward"][k] += time.perf_counter() - start
+                took[backward][k] += time.perf_counter() - start
 
     def step(self, epoch: int) -> None:
         for k, opt in enumerate(self.optimizers):
@@ -247,16 +257,17 @@ def _medians(bench: _SliceBench, warmup: int, repeats: int) -> dict[str, list[fl
 
 
 def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
-                  blocks: tuple[int, int] | None = None, repeats: int = 3, warmup: int = 1,
+                  blocks: tuple[int, int] | None = None, repeats: int = 2, warmup: int = 1,
                   seed: int = 0, threads: int | None = 1) -> Profile:
     """Measure the blocks' costs inside GNNPipe's chunked epoch on the real graph.
 
     A copy of ``model`` (its weights stay untouched) trains ``warmup + repeats`` epochs in this
-    process with each block a stage of its own, at ``chunks`` and at ``4 × chunks`` chunks (at
-    most half the nodes). Per block, the medians of its per-epoch forward and backward seconds
-    at the two counts give seconds per row and per chunk op (``t = rows·a + chunks·b``); its
-    Adam step and buffer resets give the per-epoch seconds. Times are wall-clock seconds, like
-    the epochs they predict: on a machine busy with other work, profile under that same load.
+    process with each block a stage of its own, over ``chunks`` chunks (at most a quarter of the
+    nodes) and one more chunk of :data:`TINY_ROWS` rows carved off the last. Per block, the
+    medians of its per-epoch forward and backward seconds over the chunks, and of its ops on the
+    small chunk, give seconds per row and per chunk op (``t = rows·a + b``); its Adam step and
+    buffer resets give the per-epoch seconds. Times are wall-clock seconds, like the epochs they
+    predict: on a machine busy with other work, profile under that same load.
 
     Args:
         blocks: profile only blocks ``start:stop`` (default: all); the profile then holds those.
@@ -265,58 +276,61 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
     model = as_stack(model, data)
     data = check_inputs(model, data)
     n = data.num_nodes
-    if n < 4:
-        raise ValueError(f"data: profiling needs at least 4 nodes, got {n}")
+    if n < 4 * TINY_ROWS:
+        raise ValueError(f"data: profiling needs at least {4 * TINY_ROWS} nodes, got {n}")
     for name, value in (("repeats", repeats), ("chunks", chunks)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
     start, stop = blocks or (0, len(model))
     if not 0 <= start < stop <= len(model):
         raise ValueError(f"blocks: expected a range within 0-{len(model)}, got {blocks!r}")
-    low, high = profile_counts(chunks, n)
+    count, reach = profile_counts(chunks, n)
     began = time.perf_counter()
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     work = copy.deepcopy(model).train()
     try:
-        bench = _SliceBench(work, data, low, start, stop, seed)
-        at_low = _medians(bench, warmup, repeats)
+        bench = _SliceBench(work, data, count, start, stop, seed)
+        took = _medians(bench, warmup, repeats)
         kept, buffers = bench.kept_bytes(), bench.buffer_bytes()
-        del bench  # frees its buffers before the second chunking allocates its own
-        at_high = _medians(_SliceBench(work, data, high, start, stop, seed), warmup, repeats)
+        rows = n - TINY_ROWS
     finally:
         torch.set_num_threads(before)
     costs = []
     for k, b in enumerate(range(start, stop)):
         block = model.blocks[b]
         (fwd, fwd_fixed), (bwd, bwd_fixed) = (
-            _per_row_and_chunk(at_low[kind][k], at_high[kind][k], low, high, n)
+            _per_row_and_chunk(took[kind][k], took[f"{kind}_tiny"][k], count, rows)
             for kind in ("forward", "backward"))
         params = sum(p.numel() * p.element_size() for p in block.parameters())
         costs.append(BlockCost(
             index=b, name=type(block).__name__, aggregates=block.aggregates,
             out_dim=block.out_dim, forward_s=fwd, backward_s=bwd, forward_fixed_s=fwd_fixed,
-            backward_fixed_s=bwd_fixed,
-            step_s=statistics.median([at_low["step"][k], at_high["step"][k]]),
+            backward_fixed_s=bwd_fixed, step_s=took["step"][k],
             activation_bytes=kept[k], buffer_bytes=buffers[k], param_bytes=params,
             optimizer_bytes=2 * params))
     cuts = tuple(sum(model.boundary_widths(j)) * BYTES_PER_VALUE for j in range(1, len(model)))
-    return Profile(tuple(costs), n, (low, high), cuts, time.perf_counter() - began)
+    return Profile(tuple(costs), n, (count, reach), cuts, time.perf_counter() - began)
 
 
 def profile_counts(chunks: int, num_nodes: int) -> tuple[int, int]:
-    """The two chunk counts :func:`profile_model` measures at: ``chunks`` and ``4 × chunks``,
-    at most a quarter and half of the nodes."""
-    low = min(chunks, num_nodes // 4)
-    return low, min(4 * low, num_nodes // 2)
+    """The chunk count :func:`profile_model` measures at (``chunks``, at most a quarter of the
+    nodes) and the most chunks its costs reach (chunks of :data:`TINY_ROWS` rows or more, at
+    most 16 × ``chunks``)."""
+    count = min(chunks, num_nodes // 4)
+    return count, max(count, min(16 * count, num_nodes // TINY_ROWS))
 
 
-def _per_row_and_chunk(t_low: float, t_high: float, low: int, high: int,
-                       rows: int) -> tuple[float, float]:
-    """Solve ``t = rows·a + chunks·b`` from two chunk counts (``b`` clipped at zero: noise can
-    make the larger count look cheaper)."""
-    per_chunk = max((t_high - t_low) / (high - low), 0.0) if high > low else 0.0
-    per_row = max(t_low - low * per_chunk, 1e-12 * rows) / rows
+def _with_tiny(bounds: list[int]) -> list[int]:
+    """``bounds`` with the last :data:`TINY_ROWS` rows of the last chunk a chunk of their own."""
+    return [*bounds[:-1], bounds[-1] - TINY_ROWS, bounds[-1]]
+
+
+def _per_row_and_chunk(total: float, tiny: float, chunks: int, rows: int) -> tuple[float, float]:
+    """Solve ``t = rows·a + b`` from ``chunks`` ops over ``rows`` rows taking ``total`` seconds
+    and one of :data:`TINY_ROWS` rows taking ``tiny`` (``b`` clipped to ``[0, tiny]``: noise)."""
+    per_row = max(total - chunks * tiny, 1e-12 * rows) / max(rows - chunks * TINY_ROWS, 1)
+    per_chunk = min(max(tiny - TINY_ROWS * per_row, 0.0), tiny)
     return per_row, per_chunk
 
 

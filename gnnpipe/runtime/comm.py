@@ -69,8 +69,9 @@ class Comm:
     bytes_by: dict[tuple[int, int, str], int] = field(default_factory=lambda: defaultdict(int))
     epoch_bytes: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     events: list[OpEvent] = field(default_factory=list)
-    _pending: list[tuple[dist.Work, float, OpKind, int, int, int]] = field(default_factory=list)
-    _in_flight: list[Tensor] = field(default_factory=list)  # sent tensors kept alive until waited
+    # ops in flight: handle, start, kind, chunk, bytes, peer, and the tensor kept alive until done
+    _pending: list[tuple[dist.Work, float, OpKind, int, int, int, Tensor]] = field(
+        default_factory=list)
 
     def now(self) -> float:
         return time.perf_counter() - self.origin
@@ -97,8 +98,7 @@ class Comm:
         nbytes = self._count(dst, kind, tensor)
         start = self.now()
         work = _started(dist.isend(tensor, dst))
-        self._pending.append((work, start, OpKind.SEND, chunk, nbytes, dst))
-        self._in_flight.append(tensor)
+        self._pending.append((work, start, OpKind.SEND, chunk, nbytes, dst, tensor))
 
     def recv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
              dtype: torch.dtype = torch.float32) -> Tensor:
@@ -122,16 +122,28 @@ class Comm:
         out = torch.empty(shape, dtype=dtype, device=self.device)
         start = self.now()
         self._pending.append((_started(dist.irecv(out, src)), start, OpKind.RECV, chunk,
-                              out.numel() * out.element_size(), src))
+                              out.numel() * out.element_size(), src, out))
         return out
 
     def wait_all(self) -> None:
         """Wait for every pending send and receive, recording each."""
-        for work, start, kind, chunk, nbytes, peer in self._pending:
+        for work, start, kind, chunk, nbytes, peer, _ in self._pending:
             work.wait()
             self.record(kind, start, chunk, nbytes, peer)
         self._pending.clear()
-        self._in_flight.clear()
+
+    def reap(self) -> None:
+        """Record and release the pending sends and receives that have completed (the rest stay
+        pending for :meth:`wait_all`)."""
+        keep = []
+        for item in self._pending:
+            work, start, kind, chunk, nbytes, peer, _ = item
+            if work.is_completed():
+                work.wait()
+                self.record(kind, start, chunk, nbytes, peer)
+            else:
+                keep.append(item)
+        self._pending = keep
 
     def allreduce(self, tensors: list[Tensor], kind: str = "allreduce",
                   group: dist.ProcessGroup | None = None) -> None:

@@ -14,6 +14,7 @@ from distributed import Event
 
 from gnnpipe import checkpoint as ckpt
 from gnnpipe.analysis import efficiency as eff
+from gnnpipe.core.prediction import Prediction
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.core.units import format_bytes
 from gnnpipe.run import RunResults, events_frame, history_from, memory_from
@@ -74,6 +75,7 @@ class DistributedRun(RunResults):
         self.spec, self.cluster, self._owned = spec, cluster, owned
         self.config, self.launch = spec.job, spec.launch
         self.partitioning, self.data = partitioning, data
+        self.prediction: Prediction | None = None  # what a plan predicted (gp.train sets it)
         self.timeline = Timeline()  # the whole run's, once it is done (live_timeline() before)
         self.comm = pd.DataFrame(columns=["src", "dst", "kind", "bytes"])
         self.error: str | None = None

@@ -10,7 +10,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
-from gnnpipe.core.kinds import OpKind
+from gnnpipe.core.kinds import OpKind, TrainSchedule
 from gnnpipe.engine import state as engine_state
 from gnnpipe.engine.buffers import torch_dtype
 from gnnpipe.engine.chunked import StageExecutor, chunk_order
@@ -20,6 +20,7 @@ from gnnpipe.engine.single import FullGraphContext, metrics
 from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm, PendingRecv
 from gnnpipe.runtime.spec import JobSpec
+from gnnpipe.schedule import one_f_one_b
 
 __all__ = ["PipelineStage", "pipeline_program"]
 
@@ -63,7 +64,9 @@ class PipelineStage:
                                       spec.job.techniques, spec.job.seed, spec.job.recompute,
                                       history_dtype=torch_dtype(spec.job.history_dtype),
                                       wire_dtype=torch_dtype(spec.job.wire_dtype))
-        self.executor.upkeep_between_phases = not self.is_last  # it idles there, waiting
+        # a fill-drain stage idles between its phases, waiting; a 1F1B stage has no such phase
+        self.executor.upkeep_between_phases = (
+            not self.is_last and spec.job.schedule is TrainSchedule.GNNPIPE)
         self.wire = torch_dtype(spec.job.wire_dtype)  # boundary tensors travel in this dtype
         groups = model.param_groups(spec.job.weight_decay, spec.job.gnn_weight_decay, self.start,
                                     self.stop)
@@ -86,56 +89,102 @@ class PipelineStage:
         return [self.comm.post_recv((hi - lo, w), peer, order[position], dtype=self.wire)
                 for w in widths]
 
+    def _forward_at(self, c: int, inputs: list[Tensor]) -> float:
+        """Forward chunk ``c`` and send its outputs on; its loss on the last stage, else 0."""
+        comm, data = self.comm, self.data
+        lo, hi = self.rows(c)
+        target = (data.y[lo:hi], data.train_mask[lo:hi], self.num_train) if self.is_last else None
+        start = comm.now()
+        outputs = self.executor.forward(c, inputs, target)
+        comm.record(OpKind.FORWARD, start, c)
+        if self.is_last:
+            return float(outputs[0])
+        assert self.next is not None  # every stage but the last has a next
+        for out in outputs:  # rounded to the wire dtype already: exact
+            comm.isend(out.to(self.wire), self.next, "activation", c)
+        return 0.0
+
+    def _backward_at(self, c: int, grads: list[Tensor | None] | None) -> None:
+        """Backward chunk ``c`` and send its input gradients upstream."""
+        comm = self.comm
+        lo, hi = self.rows(c)
+        start = comm.now()
+        grad_inputs = self.executor.backward(c, grads)
+        comm.record(OpKind.BACKWARD, start, c)
+        if self.is_first:
+            return
+        assert self.prev is not None  # every stage but the first has a previous
+        for g, w in zip(grad_inputs, self.in_widths):
+            if g is None:  # an input this stage never used: a zero gradient
+                g = torch.zeros(hi - lo, w, device=comm.device)
+            comm.isend(g.to(self.wire), self.prev, "gradient", c)
+
+    def _inputs(self, order: list[int], position: int,
+                incoming: list[PendingRecv]) -> tuple[list[Tensor], list[PendingRecv]]:
+        """Chunk ``order[position]``'s inputs (the features on the first stage, else waited
+        for), and the next chunk's receives, started while this one computes."""
+        if self.is_first:
+            lo, hi = self.rows(order[position])
+            return [self.data.x[lo:hi]], incoming
+        inputs = [r.wait().float() for r in incoming]
+        return inputs, self._post(order, position + 1, self.prev, self.in_widths)
+
+    def _grads(self, order: list[int], position: int, step: int, incoming: list[PendingRecv]
+               ) -> tuple[list[Tensor | None] | None, list[PendingRecv]]:
+        """Chunk ``order[position]``'s output gradients (none on the last stage), and the
+        receives of the chunk ``step`` positions on."""
+        if self.is_last:
+            return None, incoming
+        grads: list[Tensor | None] = [r.wait().float() for r in incoming]
+        return grads, self._post(order, position + step, self.next, self.out_widths)
+
     def forward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None) -> float:
         """Forward every chunk of ``order``; returns the summed chunk losses on the last stage.
         ``on_chunk(position)`` runs before each chunk (hybrid: which chunks the other ways hold)."""
-        comm, data, loss = self.comm, self.data, 0.0
+        loss = 0.0
         incoming = self._post(order, 0, self.prev, self.in_widths)
         for position, c in enumerate(order):
             if on_chunk is not None:
                 on_chunk(position)
-            lo, hi = self.rows(c)
-            if self.is_first:
-                inputs = [data.x[lo:hi]]
-            else:  # wait for this chunk, then start receiving the next one while computing
-                inputs = [r.wait().float() for r in incoming]
-                incoming = self._post(order, position + 1, self.prev, self.in_widths)
-            target = (data.y[lo:hi], data.train_mask[lo:hi], self.num_train) if self.is_last else None
-            start = comm.now()
-            outputs = self.executor.forward(c, inputs, target)
-            comm.record(OpKind.FORWARD, start, c)
-            if self.is_last:
-                loss += float(outputs[0])
-            else:
-                assert self.next is not None  # every stage but the last has a next
-                for out in outputs:  # rounded to the wire dtype already: exact
-                    comm.isend(out.to(self.wire), self.next, "activation", c)
-        comm.wait_all()
+            inputs, incoming = self._inputs(order, position, incoming)
+            loss += self._forward_at(c, inputs)
+            self.comm.reap()
+        self.comm.wait_all()
         return loss
 
     def backward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None) -> None:
         """Backward every chunk of ``order`` in reverse, passing input gradients upstream."""
-        comm = self.comm
         incoming = self._post(order, len(order) - 1, self.next, self.out_widths)
         for position in range(len(order) - 1, -1, -1):
-            c = order[position]
             if on_chunk is not None:
                 on_chunk(position)
-            lo, hi = self.rows(c)
-            grads: list[Tensor | None] | None = None
-            if not self.is_last:
-                grads = [r.wait().float() for r in incoming]
-                incoming = self._post(order, position - 1, self.next, self.out_widths)
-            start = comm.now()
-            grad_inputs = self.executor.backward(c, grads)
-            comm.record(OpKind.BACKWARD, start, c)
-            if not self.is_first:
-                assert self.prev is not None  # every stage but the first has a previous
-                for g, w in zip(grad_inputs, self.in_widths):
-                    if g is None:  # an input this stage never used: a zero gradient
-                        g = torch.zeros(hi - lo, w, device=comm.device)
-                    comm.isend(g.to(self.wire), self.prev, "gradient", c)
-        comm.wait_all()
+            grads, incoming = self._grads(order, position, -1, incoming)
+            self._backward_at(order[position], grads)
+            self.comm.reap()
+        self.comm.wait_all()
+
+    def one_f_one_b_chunks(self, order: list[int]) -> float:
+        """This stage's ops of :func:`gnnpipe.schedule.one_f_one_b` (its ``k``-th chunk is
+        ``order[k]``): warm-up forwards, then one backward and one forward each, then the last
+        backwards, in chunk order; sends that have completed are released as it goes, so a stage
+        holds at most its in-flight chunks. The summed chunk losses on the last stage."""
+        ops = one_f_one_b(self.spec.job.stages, len(order)).ranks[self.comm.stage]
+        forwards = self._post(order, 0, self.prev, self.in_widths)
+        backwards = self._post(order, 0, self.next, self.out_widths)
+        done = {OpKind.FORWARD: 0, OpKind.BACKWARD: 0}
+        loss = 0.0
+        for op in ops:
+            position = done[op.kind]
+            if op.kind is OpKind.FORWARD:
+                inputs, forwards = self._inputs(order, position, forwards)
+                loss += self._forward_at(order[position], inputs)
+            else:
+                grads, backwards = self._grads(order, position, 1, backwards)
+                self._backward_at(order[position], grads)
+            done[op.kind] += 1
+            self.comm.reap()
+        self.comm.wait_all()
+        return loss
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -172,6 +221,9 @@ class PipelineStage:
 
     def run_chunks(self, epoch: int) -> float | None:
         order = self.order(epoch)
+        if self.spec.job.schedule is TrainSchedule.ONE_F_ONE_B:
+            loss = self.one_f_one_b_chunks(order)
+            return loss if self.is_last else None
         loss = self.forward_chunks(order)
         self.executor.between_phases()  # while the later stages finish this epoch's chunks
         self.backward_chunks(order)
@@ -202,5 +254,6 @@ class PipelineStage:
 
 
 def pipeline_program(spec: JobSpec, comm: Comm, model: LayerStack, data: Data) -> PipelineStage:
-    """GNNPipe's chunked fill-drain schedule on one stage; one optimizer step per epoch."""
+    """GNNPipe's chunked epoch on one stage, fill-drain or 1F1B (``job.schedule``); one optimizer
+    step per epoch."""
     return PipelineStage(spec, comm, model, data)
