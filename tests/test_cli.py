@@ -1,14 +1,17 @@
 """The gnnpipe command line: cheap help, one-line errors before any cluster, run folders that
-lose nothing, and the planner loop (``plan --out`` then ``train --plan``)."""
+lose nothing, and the planner loop (``plan --out`` then ``train --plan``, in the plan's mode)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import cloudpickle
 import distributed
@@ -19,6 +22,7 @@ from failing_blocks import fail_at
 import gnnpipe as gp
 from gnnpipe.cli import args as cli_args
 from gnnpipe.cli import build_parser, main
+from gnnpipe.cli import commands as cli_commands
 from gnnpipe.cli import runs as cli_runs
 from gnnpipe.plan import Plan
 from gnnpipe.runtime.cluster import Cluster
@@ -27,6 +31,8 @@ from gnnpipe.runtime.launch import RankFailure
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--dataset", "synthetic:600", "--model", "gcn", "--layers", "3", "--hidden", "8"]
+#: What the planner tests plan: a graph large enough to chunk, a 6-block model, 2 workers.
+PLANNED = ["--dataset", "synthetic:3000", "--model", "gcnii", "--layers", "4", "--hidden", "16"]
 
 
 def test_simulate_prints_the_bubble_and_writes_a_trace(tmp_path, capsys):
@@ -127,8 +133,15 @@ def test_the_cli_names_are_the_librarys():
     from gnnpipe import datasets, models
     from gnnpipe.api.door import MODES
     from gnnpipe.core.kinds import Mode
+    from gnnpipe.plan import DEFAULT_SCHEDULES, MAX_CHUNKS, PLANNED_MODES
 
     assert cli_args.MODES == MODES
+    assert cli_args.PLANNED_MODES == tuple(m.value for m in PLANNED_MODES)
+    assert set(cli_args.SCHEDULES) == {s.value for s in DEFAULT_SCHEDULES}  # --schedules: both
+    (commands,) = [a for a in build_parser()._actions
+                   if isinstance(a, argparse._SubParsersAction)]
+    plan_help = commands.choices["plan"].format_help()
+    assert f"at most {MAX_CHUNKS})" in " ".join(plan_help.split())
     assert cli_args.DISTRIBUTED == tuple(m for m in MODES if Mode(m).distributed)
     assert cli_args.MODELS == tuple(sorted(models.MODELS))
     assert cli_args.DATASETS == tuple(sorted(datasets.NAMES))
@@ -147,12 +160,33 @@ def test_every_option_states_its_default():
             assert "(default: " in formatter._expand_help(action), f"{name} {action.dest}"
 
 
+class Made(NamedTuple):
+    """A plan file ``gnnpipe plan --out`` wrote, and what it printed."""
+
+    path: Path
+    out: str
+
+
+def _make_plan(folder: Path, mode: str) -> Made:
+    """``gnnpipe plan`` of PLANNED in ``mode`` only (profiled on 2 local workers it starts)."""
+    path = folder / f"{mode}.json"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["plan", *PLANNED, "--workers", "2", "--repeats", "1", "--modes", mode,
+                     "--out", str(path)]) == 0
+    return Made(path, printed.getvalue())
+
+
 @pytest.fixture(scope="module")
 def plan_file(tmp_path_factory):
-    """A plan for TINY made by ``gnnpipe plan --out`` (profiled on 2 local workers)."""
-    path = tmp_path_factory.mktemp("plan") / "plan.json"
-    assert main(["plan", *TINY, "--workers", "2", "--repeats", "1", "--out", str(path)]) == 0
-    return path
+    """A pipeline plan for PLANNED (``gnnpipe plan --modes pipeline --out``)."""
+    return _make_plan(tmp_path_factory.mktemp("plan"), "pipeline")
+
+
+@pytest.fixture(scope="module")
+def graph_plan_file(tmp_path_factory):
+    """A graph plan for PLANNED (``gnnpipe plan --modes graph --out``): 2 parts."""
+    return _make_plan(tmp_path_factory.mktemp("plan"), "graph")
 
 
 BAD = [
@@ -187,13 +221,45 @@ BAD = [
      "chunks: hybrid splits chunks evenly"),
     (["train", "--plan", "missing.json"], "--plan: no plan file"),
     (["train", "--plan", "{file}"], "--plan: "),
+    (["train", "--mode", "graph", "--schedule", "1f1b"],
+     "--schedule: does not apply to --mode graph"),
+    (["train", "--mode", "hybrid", "--schedule", "gnnpipe"], "--schedule"),
+    (["train", "--schedule", "2f2b"], "--schedule"),
     (["train", "--plan", "{plan}", "--model", "sage"], "--model: "),
     (["train", "--plan", "{plan}", "--layers", "5"], "--layers: "),
-    (["train", "--plan", "{plan}", "--stages", "2"], "--stages: "),
-    (["train", "--plan", "{plan}", "--mode", "graph"], "--mode: "),
+    (["train", "--plan", "{plan}", "--stages", "3"], "--stages: {plan} plans pipeline 2 x "),
+    (["train", "--plan", "{plan}", "--chunks", "999"], "--chunks: {plan} plans pipeline 2 x "),
+    (["train", "--plan", "{plan}", "--recompute"], "with --recompute off, not on"),
+    (["train", "--plan", "{plan}", "--history-dtype", "float16"], "--history-dtype: "),
+    (["train", "--plan", "{plan}", "--parts", "2"], "--parts: "),
+    (["train", "--plan", "{plan}", "--ways", "2"], "--ways: "),
+    (["train", "--plan", "{plan}", "--mode", "graph"],
+     "--mode: {plan} is a plan for mode pipeline"),
+    (["train", "--plan", "{plan}", "--mode", "hybrid"], "--mode: "),
+    (["train", "--plan", "{plan}", "--mode", "local", "--scheduler", "tcp://127.0.0.1:1"],
+     "--scheduler: does not apply to --mode local"),
+    (["train", "--plan", "{graph_plan}", "--parts", "3"],
+     "--parts: {graph_plan} plans graph 2 parts with --parts 2, not 3"),
+    (["train", "--plan", "{graph_plan}", "--mode", "pipeline"],
+     "--mode: {graph_plan} is a plan for mode graph (graph 2 parts), not pipeline"),
+    (["train", "--plan", "{graph_plan}", "--mode", "local"], "--mode: "),
+    (["train", "--plan", "{graph_plan}", "--stages", "2"], "--stages: "),
+    (["train", "--plan", "{graph_plan}", "--chunks", "4"], "--chunks: "),
+    (["train", "--plan", "{graph_plan}", "--schedule", "1f1b"], "--schedule: "),
+    (["train", "--plan", "{graph_plan}", "--wire-dtype", "bfloat16"], "--wire-dtype: "),
     (["plan", "--workers", "0"], "--workers"),
     (["plan", "--memory-limit", "8XB"], "--memory-limit"),
     (["plan", "--bandwidth", "abc"], "--bandwidth"),
+    (["plan", "--modes", "graph,gpu"], "--modes: expected a comma-separated list of single,"),
+    (["plan", "--modes", ""], "--modes"),
+    (["plan", "--modes", "local"], "--modes"),
+    (["plan", "--schedules", "gpipe"], "--schedules"),
+    (["plan", "--chunks", "0"], "--chunks"),
+    (["plan", "--out", "{file}/plan.json"], "--out: "),
+    (["plan", *TINY, "--workers", "1", "--modes", "pipeline,graph"],
+     "--modes: pipeline,graph has no layout on 1 worker"),
+    (["plan", *TINY, "--memory-limit", "1kB"], "memory_limit: 1 kB"),
+    (["plan", *TINY, "--chunks", "601"], "chunks: expected at most 600"),
     (["simulate", "--stages", "0"], "--stages"),
     (["simulate", "--chunks", "-1"], "--chunks"),
     (["simulate", "--forward", "nan"], "--forward"),
@@ -208,7 +274,8 @@ BAD = [
 @pytest.mark.parametrize("argv, message", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_a_bad_command_line_is_one_line_and_exit_2(argv, message, request, tmp_path, capsys,
                                                    monkeypatch):
-    plan = request.getfixturevalue("plan_file") if "{plan}" in argv else None  # profiles
+    plans = {name: request.getfixturevalue(f"{name}_file").path  # profiles
+             for name in ("plan", "graph_plan") if any(f"{{{name}}}" in a for a in argv)}
     started = []
 
     def tripwire(self, *args, **kwargs):
@@ -220,12 +287,12 @@ def test_a_bad_command_line_is_one_line_and_exit_2(argv, message, request, tmp_p
     monkeypatch.chdir(tmp_path)
     (tmp_path / "file").write_text("not a plan, not a folder")
     capsys.readouterr()  # what making the plan printed
-    argv = [a.format(file=tmp_path / "file", plan=plan) for a in argv]
+    argv = [a.format(file=tmp_path / "file", **plans) for a in argv]
     assert main([*argv, "--out", str(tmp_path / "runs")] if argv[0] == "train" and
                 "--out" not in argv else argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
-    assert message in err and "Traceback" not in err
+    assert message.format(**plans) in err and "Traceback" not in err
     assert not started
     assert not (tmp_path / "runs").exists()
 
@@ -255,22 +322,64 @@ def test_run_folders_are_new_even_within_a_second(tmp_path, monkeypatch):
                                         "20250101-000000-graph-bbbbbb")
 
 
-def test_plan_out_then_train_plan_trains_that_split(plan_file, tmp_path, capsys, cluster):
-    plan = Plan.from_json(plan_file)
-    assert plan.to_dict() == json.loads(plan_file.read_text())
-    assert plan.made_for == {"dataset": "synthetic:600", "model": "gcn", "layers": 3, "hidden": 8}
-    assert plan.timeline.makespan() == pytest.approx(plan.epoch_time)
-    assert main(["plan", *TINY, "--workers", "2", "--repeats", "1", "--out",
-                 str(tmp_path / "again.json")]) == 0
-    assert (f"gnnpipe train --plan {tmp_path / 'again.json'} --dataset synthetic:600 --model gcn "
-            f"--layers 3 --hidden 8") in capsys.readouterr().out
-    runs = tmp_path / "runs"
-    assert main(["train", "--plan", str(plan_file), "--epochs", "1", "--out", str(runs),
-                 "--scheduler", cluster.client.scheduler.address]) == 0
+def _trained(argv: list[str], runs: Path) -> dict:
+    """``gnnpipe train ARGV`` into ``runs``; its run folder's config.json."""
+    assert main(["train", *argv, "--epochs", "2", "--threads", "1", "--out", str(runs)]) == 0
     (folder,) = runs.iterdir()
-    config = json.loads((folder / "config.json").read_text())
-    assert config["mode"] == "pipeline" and config["chunks"] == plan.chunks
-    assert [tuple(r) for r in config["ranges"]] == list(plan.ranges)
+    assert len(pd.read_csv(folder / "history.csv")) == 2
+    return json.loads((folder / "config.json").read_text())
+
+
+def test_a_pipeline_plan_trains_exactly_its_layout(plan_file, tmp_path):
+    plan = Plan.from_json(plan_file.path)
+    layout = plan.layout
+    assert plan.to_dict() == json.loads(plan_file.path.read_text())
+    assert plan.made_for == {"dataset": "synthetic:3000", "model": "gcnii", "layers": 4,
+                             "hidden": 16}
+    assert layout.mode.value == "pipeline" and layout.stages == 2
+    assert plan.timeline.makespan() == pytest.approx(plan.epoch_time)
+    out = plan_file.out
+    assert out.startswith(f"chosen layout: {layout.describe()}: --mode pipeline --stages 2 "
+                          f"--chunks {layout.chunks}")
+    assert f"\n{plan!r}\n" in out
+    assert "candidates, best first (" in out and all(
+        c in out for c in ("layout", "epoch_time", "peak_bytes", "comm_bytes", "fits", "reason"))
+    assert "\nuniform split, same chunks: predicted epoch " in out
+    assert f"train it ({layout.describe()}, on the dataset and model it was made for)" in out
+    assert out.rstrip().endswith(f"gnnpipe train --plan {plan_file.path}\n(or in this one "
+                                 f"process, the same math: gnnpipe train --plan {plan_file.path} "
+                                 "--mode local)")
+    config = _trained(["--plan", str(plan_file.path)], tmp_path / "pipeline")
+    planned = (layout.stages, [list(r) for r in layout.ranges], layout.chunks,
+               layout.schedule.value, layout.recompute, layout.history_dtype.value,
+               layout.wire_dtype.value)
+    assert config["mode"] == "pipeline" and config["dataset"] == "synthetic-3000"
+    assert (config["stages"], config["ranges"], config["chunks"], config["schedule"],
+            config["recompute"], config["history_dtype"], config["wire_dtype"]) == planned
+    # the plan's values repeated are no conflict; local runs the same layout in this process
+    config = _trained(["--plan", str(plan_file.path), "--mode", "local", "--stages", "2",
+                       "--schedule", layout.schedule.value], tmp_path / "local")
+    assert config["mode"] == "local"
+    assert (config["stages"], config["ranges"], config["chunks"], config["schedule"],
+            config["recompute"], config["history_dtype"], config["wire_dtype"]) == planned
+
+
+def test_a_graph_plan_trains_exactly_its_layout(graph_plan_file, tmp_path):
+    plan = Plan.from_json(graph_plan_file.path)
+    assert plan.layout.mode.value == "graph" and plan.layout.parts == 2
+    out = graph_plan_file.out
+    assert out.startswith("chosen layout: graph 2 parts: --mode graph --parts 2")
+    assert "uniform split" not in out and "--mode local" not in out  # no stages to compare
+    assert out.rstrip().endswith(f"train it (graph 2 parts, on the dataset and "
+                                 f"model it was made for) with:\n  gnnpipe train --plan "
+                                 f"{graph_plan_file.path}")
+    config = _trained(["--plan", str(graph_plan_file.path), "--parts", "2"], tmp_path / "runs")
+    assert config["mode"] == "graph" and config["parts"] == plan.layout.parts
+    assert config["wire_dtype"] == plan.layout.wire_dtype.value
+    assert (config["model"], config["layers"]) == ("gcnii", 4)
+    # without --out, the hint says to write the plan first
+    assert cli_commands._how_to_train(plan, None).endswith(
+        "write it with --out plan.json, then run:\n  gnnpipe train --plan plan.json")
 
 
 def test_a_failed_run_still_saves_what_it_did(cluster, small_graph, tmp_path):

@@ -11,17 +11,21 @@ from gnnpipe.cli.args import (
     DATASETS,
     MODELS,
     MODES,
+    PLANNED_MODES,
     PRECISIONS,
+    SCHEDULES,
     CliError,
     Parser,
     bandwidth,
     byte_size,
     dataset_spec,
+    mode_list,
     nonneg_float,
     nonneg_int,
     positive_float,
     positive_int,
     probability,
+    schedule_list,
 )
 from gnnpipe.cli.commands import (
     TRAIN_DEFAULTS,
@@ -44,6 +48,11 @@ def _default(flag: str) -> str:
     return f"(default: {TRAIN_DEFAULTS[flag]})"
 
 
+def _planned(flag: str) -> str:
+    """The default of a layout flag, which a --plan sets instead."""
+    return f"(default: {TRAIN_DEFAULTS[flag]}, or the plan's)"
+
+
 def _add_model_args(p: argparse.ArgumentParser, tracked: bool) -> None:
     """--dataset, --model, --layers, --hidden; ``tracked``: default None, filled after checks."""
     def default(flag: str) -> Any:
@@ -62,22 +71,27 @@ def _add_model_args(p: argparse.ArgumentParser, tracked: bool) -> None:
 def _add_train_args(p: argparse.ArgumentParser) -> None:
     _add_model_args(p, tracked=True)
     p.add_argument("--plan", default=None,
-                   help="a plan written by 'gnnpipe plan --out': train its stage split in mode "
-                        "pipeline (default: none)")
+                   help="a plan written by 'gnnpipe plan --out': train exactly its layout in its "
+                        "mode (its stages and their ranges, chunks, ways, parts, schedule and "
+                        "memory options, and its dataset and model); a layout flag given with it "
+                        "must repeat the plan's value (default: none)")
     p.add_argument("--dropout", type=probability, default=None,
                    help="dropout rate (default: the model family's)")
-    p.add_argument("--mode", choices=MODES, default=None, help=f"how to train {_default('mode')}")
+    p.add_argument("--mode", choices=MODES, default=None,
+                   help=f"how to train; with --plan, the plan's mode or, for a pipeline plan, "
+                        f"local {_planned('mode')}")
     p.add_argument("--stages", type=positive_int, default=None,
-                   help=f"local, pipeline, hybrid: pipeline stages {_default('stages')}")
+                   help=f"local, pipeline, hybrid: pipeline stages {_planned('stages')}")
     p.add_argument("--chunks", type=positive_int, default=None,
-                   help="local, pipeline, hybrid: chunks per epoch (default: 4 x stages)")
+                   help="local, pipeline, hybrid: chunks per epoch (default: 4 x stages, or the "
+                        "plan's)")
     p.add_argument("--parts-per-chunk", type=positive_int, default=None,
                    help="local, pipeline, hybrid: METIS parts merged at random into each chunk "
                         "(default: 1, METIS's own parts; 4: the GNNPipe paper's merge)")
     p.add_argument("--ways", type=positive_int, default=None,
-                   help=f"hybrid: pipelines side by side {_default('ways')}")
+                   help=f"hybrid: pipelines side by side {_planned('ways')}")
     p.add_argument("--parts", type=positive_int, default=None,
-                   help=f"graph: partitions, one rank each {_default('parts')}")
+                   help=f"graph: partitions, one rank each {_planned('parts')}")
     p.add_argument("--scheduler", default=None,
                    help="distributed modes: Dask scheduler address (tcp://host:8786) "
                         "(default: a local cluster)")
@@ -91,15 +105,21 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
                    help="evaluate after every N-th epoch and the last")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="cuda: train on GPUs (distributed ranks: one per worker, NCCL)")
-    p.add_argument("--recompute", action="store_true",
+    p.add_argument("--recompute", action="store_true", default=None,
                    help="chunked modes: keep only stage inputs and aggregations, rerun the "
-                        "forward in the backward (less memory, more time)")
-    p.add_argument("--history-dtype", default="float32", choices=list(PRECISIONS),
+                        "forward in the backward (less memory, more time) (default: off, or "
+                        "the plan's)")
+    p.add_argument("--history-dtype", default=None, choices=list(PRECISIONS),
                    help="chunked modes: what the historical buffers are stored in (16 bits "
-                        "halve their memory; products stay float32) (default: float32)")
-    p.add_argument("--wire-dtype", default="float32", choices=list(PRECISIONS),
+                        f"halve their memory; products stay float32) {_planned('history_dtype')}")
+    p.add_argument("--wire-dtype", default=None, choices=list(PRECISIONS),
                    help="distributed modes: what boundary activations, gradients and halo rows "
-                        "are sent in (16 bits halve the bytes) (default: float32)")
+                        f"are sent in (16 bits halve the bytes) {_planned('wire_dtype')}")
+    p.add_argument("--schedule", default=None, choices=list(SCHEDULES),
+                   help="local, pipeline: the chunked epoch's order: gnnpipe (every forward, then "
+                        "every backward) or 1f1b (each chunk's backward as soon as its loss: "
+                        "fewer chunks' activations held, a different training rule) "
+                        f"{_planned('schedule')}")
     p.add_argument("--checkpoint", default=None,
                    help="write checkpoints into this folder (every rank its shard, then a "
                         "manifest; distributed: a folder every worker sees) (default: none)")
@@ -134,15 +154,29 @@ def _add_simulate(sub: Any) -> None:
 
 
 def _add_plan(sub: Any) -> None:
-    plan = sub.add_parser("plan", help="profile a model and choose stage boundaries and chunks")
+    plan = sub.add_parser("plan", help="profile a model and choose how to train it on N "
+                                       "workers: mode, stages or parts, split, chunks, options")
     _add_model_args(plan, tracked=False)
     plan.add_argument("--workers", type=positive_int, default=2,
-                      help="pipeline stages, one worker each")
+                      help="Dask workers available (a layout may use fewer)")
     plan.add_argument("--memory-limit", type=byte_size, default=None,
-                      help="bytes per stage, e.g. 8GB or 512MiB (default: no limit)")
+                      help="bytes a rank may hold, e.g. 8GB or 512MiB (default: no limit)")
     plan.add_argument("--bandwidth", type=bandwidth, default=None,
-                      help="stage-to-stage bytes/s, e.g. 1GB/s (default: 1GB/s)")
-    plan.add_argument("--repeats", type=positive_int, default=3,
+                      help="bytes/s between workers, e.g. 1GB/s (default: 1GB/s)")
+    plan.add_argument("--modes", type=mode_list, default=None,
+                      help=f"the modes to weigh, comma-separated, some of "
+                           f"{','.join(PLANNED_MODES)} (default: all)")
+    plan.add_argument("--chunks", type=positive_int, default=None,
+                      help="the most chunks a staged layout may have (default: what the profile "
+                           "measured, at most 64)")
+    plan.add_argument("--compact", action=argparse.BooleanOptionalAction, default=None,
+                      help="16-bit histories and wire: --compact chooses them on speed alone, "
+                           "--no-compact never (default: chosen only when no float32 layout "
+                           "fits --memory-limit)")
+    plan.add_argument("--schedules", type=schedule_list, default=None,
+                      help=f"the pipeline schedules to weigh, comma-separated, some of "
+                           f"{','.join(SCHEDULES)} (default: both)")
+    plan.add_argument("--repeats", type=positive_int, default=2,
                       help="profiled epochs at each of two chunk counts (medians)")
     plan.add_argument("--threads", type=positive_int, default=1,
                       help="torch threads of each profiling worker (gnnpipe train's ranks use 1)")
@@ -192,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, or a one-line argparse error
         return stop.code if isinstance(stop.code, int) else 2
-    if args.command in ("train", "demo"):
+    if args.command in ("train", "demo", "plan"):
         # before the root handler: then Dask keeps its own log handler, which gp.Cluster silences
         import distributed  # noqa: F401
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -1,9 +1,9 @@
 """The command line's parser class and argument types: cheap to import (no torch), every flag's
 default in its help, and one-line errors that name the flag.
 
-The modes come from :class:`~gnnpipe.core.kinds.Mode`; the names of models and datasets are
-written out here (the library's tables import torch); ``tests/test_cli.py`` checks they equal the
-library's.
+The modes and schedules come from :mod:`gnnpipe.core.kinds`; the names of models, datasets and
+the modes a plan weighs are written out here (the library's tables import torch);
+``tests/test_cli.py`` checks they equal the library's.
 """
 
 from __future__ import annotations
@@ -16,26 +16,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gnnpipe.core.kinds import Mode, Precision
+from gnnpipe.core.kinds import Mode, Precision, TrainSchedule
 
 __all__ = [
     "DATASETS",
     "DISTRIBUTED",
     "MODELS",
     "MODES",
+    "PLANNED_MODES",
     "PRECISIONS",
+    "SCHEDULES",
     "CliError",
     "DefaultsFormatter",
     "Parser",
     "bandwidth",
     "byte_size",
     "dataset_spec",
+    "mode_list",
     "nonneg_float",
     "nonneg_int",
     "port_number",
     "positive_float",
     "positive_int",
     "probability",
+    "schedule_list",
     "writable_file",
     "writable_folder",
 ]
@@ -43,6 +47,9 @@ __all__ = [
 MODES = tuple(m.value for m in Mode)
 DISTRIBUTED = tuple(m.value for m in Mode if m.distributed)
 PRECISIONS = tuple(p.value for p in Precision)
+SCHEDULES = tuple(s.value for s in TrainSchedule)
+#: The modes ``gnnpipe plan`` weighs (``local`` holds a pipeline's memory in one process).
+PLANNED_MODES = ("single", "pipeline", "graph", "hybrid")
 MODELS = ("gcn", "gcnii", "resgcn_plus", "sage")
 DATASETS = ("citeseer", "cora", "facebook", "pubmed", "squirrel")
 
@@ -140,6 +147,25 @@ def dataset_spec(text: str) -> str:
         return name
     raise argparse.ArgumentTypeError(f"expected one of {', '.join(DATASETS)} or synthetic:NODES "
                                      f"(NODES an integer >= 1), got {text!r}")
+
+
+def _names(text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """Comma-separated names, each one of ``allowed``, without repeats, in the order given."""
+    names = [n.strip().lower() for n in text.split(",")]
+    if not text.strip() or any(n not in allowed for n in names):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(allowed)}"
+                                         f", got {text!r}")
+    return tuple(dict.fromkeys(names))
+
+
+def mode_list(text: str) -> tuple[str, ...]:
+    """``graph`` or ``pipeline,graph``: modes a plan weighs (:data:`PLANNED_MODES`)."""
+    return _names(text, PLANNED_MODES)
+
+
+def schedule_list(text: str) -> tuple[str, ...]:
+    """``1f1b`` or ``gnnpipe,1f1b``: pipeline schedules a plan weighs (:data:`SCHEDULES`)."""
+    return _names(text, SCHEDULES)
 
 
 def byte_size(text: str) -> int:

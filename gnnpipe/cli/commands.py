@@ -34,12 +34,19 @@ logger = logging.getLogger(__name__)
 
 #: Defaults of the train flags that are ``None`` until parsed, to tell whether they were given.
 TRAIN_DEFAULTS = {"dataset": "cora", "model": "gcnii", "layers": 32, "hidden": 64,
-                  "mode": "single", "stages": 1, "ways": 1, "parts": 2}
+                  "mode": "single", "stages": 1, "ways": 1, "parts": 2, "recompute": False,
+                  "history_dtype": "float32", "wire_dtype": "float32", "schedule": "gnnpipe"}
 #: The modes each mode-specific train flag applies to.
 APPLIES = {"stages": ("local", "pipeline", "hybrid"), "chunks": ("local", "pipeline", "hybrid"),
            "parts_per_chunk": ("local", "pipeline", "hybrid"),
-           "ways": ("hybrid",), "parts": ("graph",), "scheduler": DISTRIBUTED,
-           "dashboard": DISTRIBUTED}
+           "ways": ("hybrid",), "parts": ("graph",), "schedule": ("local", "pipeline"),
+           "scheduler": DISTRIBUTED, "dashboard": DISTRIBUTED}
+#: The train flags a plan sets (its layout's fields of the same names); given with --plan, they
+#: must repeat the plan's values.
+PLANNED = ("stages", "chunks", "ways", "parts", "recompute", "history_dtype", "wire_dtype",
+           "schedule")
+#: What the run is made for: train takes them from a plan, plan records them in it.
+MADE_FOR = ("dataset", "model", "layers", "hidden")
 
 def _load_data(spec: str) -> Any:
     """``cora``/``citeseer``/``pubmed`` or ``synthetic:NODES`` (as :func:`dataset_spec` writes)."""
@@ -62,24 +69,55 @@ def _build_model(args: argparse.Namespace, data: Any, dropout: float | None = No
                         hidden=args.hidden, dropout=dropout, **extra)
 
 
-def _check_mode_flags(args: argparse.Namespace) -> None:
-    """Refuse flags the chosen mode (or ``--plan``) does not use; then fill the defaults."""
-    if args.plan is not None:
-        for flag in ("stages", "chunks"):
-            if getattr(args, flag) is not None:
-                raise CliError(f"--{flag}: --plan sets the stages and chunks; drop one of them")
-        if args.mode not in (None, "pipeline"):
-            raise CliError(f"--mode: --plan trains mode pipeline, got --mode {args.mode}")
-        args.mode = "pipeline"
+def _option(flag: str) -> str:
+    return f"--{flag.replace('_', '-')}"
+
+
+def _check_mode_flags(args: argparse.Namespace, planned: bool = False) -> None:
+    """Refuse flags the chosen mode does not use; then fill the defaults (but the layout flags
+    of a ``planned`` run, which the plan sets)."""
     mode = args.mode or TRAIN_DEFAULTS["mode"]
     for flag, modes in APPLIES.items():
         value = getattr(args, flag)
         if value is not None and value is not False and mode not in modes:
-            raise CliError(f"--{flag.replace('_', '-')}: does not apply to --mode {mode} (only to "
+            raise CliError(f"{_option(flag)}: does not apply to --mode {mode} (only to "
                            f"{', '.join(modes)})")
     for flag, value in TRAIN_DEFAULTS.items():
-        if getattr(args, flag) is None and flag not in ("dataset", "model", "layers", "hidden"):
+        if getattr(args, flag) is None and flag not in MADE_FOR and not (
+                planned and flag in PLANNED):
             setattr(args, flag, value)
+
+
+def _fit_plan(args: argparse.Namespace, plan: Any) -> None:
+    """Set the mode to the plan's, and refuse a --mode or layout flag that the plan sets
+    otherwise (``--mode local`` runs a pipeline plan in this process, the same math)."""
+    layout, path = plan.layout, args.plan
+    mode = layout.mode.value
+    allowed = (mode, "local") if mode == "pipeline" else (mode,)
+    if args.mode is not None and args.mode not in allowed:
+        modes = "pipeline" if args.mode == "local" else args.mode  # local trains pipeline plans
+        raise CliError(f"--mode: {path} is a plan for mode {mode} ({layout.describe()}), not "
+                       f"{args.mode}; leave --mode out to train it, or plan again with "
+                       f"gnnpipe plan --modes {modes} --out ...")
+    args.mode = args.mode or mode
+    values = {"stages": layout.stages, "chunks": layout.chunks, "ways": layout.ways,
+              "parts": layout.parts, "recompute": layout.recompute,
+              "history_dtype": layout.history_dtype.value,
+              "wire_dtype": layout.wire_dtype.value, "schedule": layout.schedule.value}
+    for flag in PLANNED:
+        given = getattr(args, flag)
+        if given is None:
+            continue
+        if flag in APPLIES and args.mode not in APPLIES[flag]:
+            raise CliError(f"{_option(flag)}: {path} is a plan for mode {mode} "
+                           f"({layout.describe()}), where {_option(flag)} does not apply; "
+                           f"drop it")
+        if given != values[flag]:
+            shown = "on" if values[flag] is True else "off" if values[flag] is False else (
+                values[flag])
+            raise CliError(f"{_option(flag)}: {path} plans {layout.describe()} with "
+                           f"{_option(flag)} {shown}, not {'on' if given is True else given}; "
+                           f"drop {_option(flag)} to train the plan, or plan again")
 
 
 def _read_plan(args: argparse.Namespace) -> Any:
@@ -94,7 +132,7 @@ def _read_plan(args: argparse.Namespace) -> Any:
         plan = Plan.from_json(path)
     except ValueError as err:
         raise CliError(f"--plan: {path} is not a usable plan ({err})") from None
-    for flag in ("dataset", "model", "layers", "hidden"):
+    for flag in MADE_FOR:
         given, planned = getattr(args, flag), plan.made_for.get(flag)
         if given is None:
             setattr(args, flag, planned)
@@ -105,9 +143,11 @@ def _read_plan(args: argparse.Namespace) -> Any:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    _check_mode_flags(args)
     plan = _read_plan(args) if args.plan is not None else None
-    for flag in ("dataset", "model", "layers", "hidden"):
+    if plan is not None:
+        _fit_plan(args, plan)
+    _check_mode_flags(args, planned=plan is not None)
+    for flag in MADE_FOR:
         if getattr(args, flag) is None:
             setattr(args, flag, TRAIN_DEFAULTS[flag])
     out = writable_folder(args.out, "--out")
@@ -132,7 +172,7 @@ def run_train(args: argparse.Namespace) -> int:
                 parts=args.parts, cluster=args.scheduler, eval_every=args.eval_every,
                 device=args.device, plan=plan, background=distributed,
                 recompute=args.recompute, history_dtype=args.history_dtype,
-                wire_dtype=args.wire_dtype, checkpoint=checkpoint,
+                wire_dtype=args.wire_dtype, schedule=args.schedule, checkpoint=checkpoint,
                 checkpoint_every=args.checkpoint_every, resume=args.resume,
                 restarts=args.restarts, progress=sys.stderr.isatty(),
                 **({} if args.parts_per_chunk is None else
@@ -180,6 +220,63 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The columns of the candidate table ``gnnpipe plan`` prints (all are in the plan file).
+PLAN_COLUMNS = ("layout", "epoch_time", "peak_bytes", "comm_bytes", "fits", "reason")
+#: Candidate rows ``gnnpipe plan`` prints, best first.
+PLAN_ROWS = 12
+
+
+def _check_layouts(args: argparse.Namespace, blocks: int) -> None:
+    """Refuse --modes (and --schedules) that give no layout on --workers workers."""
+    from gnnpipe.core.kinds import Mode, TrainSchedule
+    from gnnpipe.plan.layout import PLANNED_MODES, layouts
+
+    modes = PLANNED_MODES if args.modes is None else tuple(Mode(m) for m in args.modes)
+    schedules = [TrainSchedule(s) for s in args.schedules or ("gnnpipe",)]
+    if next(layouts(args.workers, blocks, modes, args.compact, schedules), None) is None:
+        raise CliError(f"--modes: {','.join(m.value for m in modes)} has no layout on "
+                       f"{args.workers} worker(s) (pipeline and graph need 2 or more, hybrid 4); "
+                       "give more --workers or other --modes")
+
+
+def _layout_line(plan: Any) -> str:
+    """The chosen layout as ``gnnpipe train``'s flags set it (options at their defaults left
+    out), and its split."""
+    layout = plan.layout
+    flags = []
+    for name, value in layout.train_options().items():
+        if value is True:
+            flags.append(_option(name))
+        elif value is not False and not (name in ("history_dtype", "wire_dtype", "schedule")
+                                         and value == TRAIN_DEFAULTS[name]):
+            flags.append(f"{_option(name)} {value}")
+    split = (f"; stage ranges (blocks) {[list(r) for r in layout.ranges]}"
+             if layout.mode.staged else "")
+    return f"chosen layout: {layout.describe()}: {' '.join(flags)}{split}"
+
+
+def _candidates(plan: Any) -> str:
+    """The best :data:`PLAN_ROWS` rows of the candidate table, bytes readable."""
+    from gnnpipe.core.units import format_bytes
+
+    table = plan.table()
+    shown = table.loc[:, list(PLAN_COLUMNS)].head(PLAN_ROWS).copy()
+    shown["epoch_time"] = [f"{t:.4g} s" for t in shown["epoch_time"]]
+    for column in ("peak_bytes", "comm_bytes"):
+        shown[column] = [format_bytes(b) for b in shown[column]]
+    more = len(table) - len(shown)
+    head = (f"candidates, best first ({len(table)} weighed"
+            + (f"; the best {len(shown)} shown, every one in the plan file)" if more else ")"))
+    left = {c: _left(shown[c]) for c in ("layout", "reason")}
+    return head + ":\n" + shown.to_string(index=False, justify="left", formatters=left)
+
+
+def _left(column: Any) -> Any:
+    """A formatter that left-aligns ``column``'s text."""
+    width = max(len(str(v)) for v in column)
+    return lambda v: f"{v!s:<{width}}"
+
+
 def run_plan(args: argparse.Namespace) -> int:
     out = writable_file(args.out, "--out") if args.out is not None else None
     import torch
@@ -191,26 +288,46 @@ def run_plan(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     data = _load_data(args.dataset)
     model = _build_model(args, data)
-    with gp.Cluster(n_workers=args.workers, threads_per_worker=args.threads) as cluster:
-        plan = make_plan(model, data, workers=args.workers, memory_limit=args.memory_limit,
-                         bandwidth=args.bandwidth, seed=args.seed, repeats=args.repeats,
-                         cluster=cluster)
-    made_for = {flag: getattr(args, flag) for flag in ("dataset", "model", "layers", "hidden")}
+    _check_layouts(args, len(model))
+    options = {"workers": args.workers, "memory_limit": args.memory_limit,
+               "bandwidth": args.bandwidth, "modes": args.modes, "chunks": args.chunks,
+               "compact": args.compact, "schedules": args.schedules, "seed": args.seed,
+               "repeats": args.repeats}
+    if args.threads == 1:  # gp.plan starts its 1-thread workers after checking its arguments
+        plan = make_plan(model, data, **options)
+    else:
+        workers = min(args.workers, len(model))  # the workers gp.plan profiles on
+        with gp.Cluster(n_workers=workers, threads_per_worker=args.threads) as cluster:
+            plan = make_plan(model, data, cluster=cluster, **options)
+    made_for = {flag: getattr(args, flag) for flag in MADE_FOR}
     plan = dataclasses.replace(plan, made_for=made_for)
+    print(_layout_line(plan))
     print(plan)
-    uniform = plan.predict(stage_ranges(len(model), args.workers))
-    print(f"uniform split, same chunks: predicted epoch {uniform.makespan():.4g} s")
-    given = " ".join(f"--{flag} {shlex.quote(str(value))}" for flag, value in made_for.items())
-    if out is None:
-        print(f"to train this split, write it with --out plan.json, then run:\n"
-              f"  gnnpipe train --plan plan.json {given}")
-        return 0
-    partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(plan.to_json(partial), out)
-    print(f"plan written to {out}; train this split with:\n"
-          f"  gnnpipe train --plan {shlex.quote(str(out))} {given}")
+    print()
+    print(_candidates(plan))
+    layout = plan.layout
+    if layout.mode.staged:
+        uniform = plan.predict(stage_ranges(len(model), layout.stages))
+        print(f"\nuniform split, same chunks: predicted epoch {uniform.makespan():.4g} s "
+              f"(this split: {plan.epoch_time:.4g} s)")
+    if out is not None:
+        partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(plan.to_json(partial), out)
+    print(f"\n{_how_to_train(plan, out)}")
     return 0
+
+
+def _how_to_train(plan: Any, out: Path | None) -> str:
+    """The hint ``gnnpipe plan`` ends with: the train command line that runs the plan."""
+    layout = plan.layout
+    path = shlex.quote(str(out)) if out is not None else "plan.json"
+    what = f"{layout.describe()}, on the dataset and model it was made for"
+    local = (f"\n(or in this one process, the same math: gnnpipe train --plan {path} --mode "
+             "local)" if layout.mode.value == "pipeline" else "")
+    head = (f"plan written to {out}; train it ({what}) with:" if out is not None else
+            f"to train this plan ({what}), write it with --out plan.json, then run:")
+    return f"{head}\n  gnnpipe train --plan {path}{local}"
 
 
 def plugins() -> list[Any]:
