@@ -113,19 +113,22 @@ def test_estimate_is_within_15_percent_of_the_measured_peak(tmp_path, model, mod
 
 def test_the_planner_splits_and_reports_with_the_memory_model(small_graph):
     """gp.plan's per-stage memory is the estimate of the layout it chose, and a memory limit
-    moves the boundaries so that every stage's estimate fits (or names the smallest that does)."""
+    changes the layout (boundaries, chunks or recompute) so that every stage's estimate fits
+    (or is refused, naming the least any rank can need)."""
     from gnnpipe.plan.profile import profile_model
 
     model = gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=6)
     profile = profile_model(model, small_graph, chunks=4, repeats=1)
-    free = gp.plan(model, small_graph, workers=2, profile=profile, chunks=4)
+    free = gp.plan(model, small_graph, workers=2, profile=profile, chunks=4, modes=["pipeline"],
+                   schedules=["gnnpipe"])
     est = gp.estimate_memory(model, small_graph, "pipeline", plan=free)["peak_bytes"]
     assert free.memory == tuple(int(m) for m in est)
     limit = max(free.memory) - 1
     try:
         capped = gp.plan(model, small_graph, workers=2, profile=profile, chunks=4,
-                         memory_limit=limit)
+                         memory_limit=limit, modes=["pipeline"], schedules=["gnnpipe"],
+                         compact=False)
     except ValueError as err:
-        assert "smallest memory limit that fits is" in str(err)
+        assert "too small for every layout" in str(err)
     else:
-        assert capped.ranges != free.ranges and max(capped.memory) <= limit
+        assert capped.layout != free.layout and max(capped.memory) <= limit

@@ -6,6 +6,7 @@ import copy
 import gc
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -13,7 +14,9 @@ import torch
 
 import gnnpipe as gp
 from gnnpipe.cli import main
+from gnnpipe.core.kinds import Mode
 from gnnpipe.plan import (
+    Plan,
     Profile,
     chunk_candidates,
     memory_costs,
@@ -125,10 +128,10 @@ def test_parse_bytes_rejects_other_types():
 
 
 def test_chunk_candidates():
-    assert chunk_candidates(2, 1000) == list(range(2, 65, 2))
-    three = chunk_candidates(3, 1000)
-    assert {4, 8, 16, 32, 64, 3, 6, 63} <= set(three) and min(three) == 3 and max(three) == 64
-    assert chunk_candidates(2, 10) == [2, 4, 6, 8, 10]
+    assert chunk_candidates(2, 1000, 64) == [2, 4, 8, 16, 32]
+    assert chunk_candidates(3, 1000, 64) == [3, 6, 12, 24, 48]
+    assert chunk_candidates(2, 10, 64) == [2, 4, 8]
+    assert chunk_candidates(4, 1000, 10) == [4, 8]
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +147,8 @@ def profile(model, small_graph):
 
 def test_profile_shapes_and_positive_numbers(model, profile):
     assert len(profile.blocks) == len(model) and len(profile.boundary_bytes) == len(model) - 1
-    assert profile.num_nodes == 600 and profile.chunk_counts == (4, 16)
+    # measured at 4 chunks and a 32-row one: the line reaches 600 // 32 = 18 chunks
+    assert profile.num_nodes == 600 and profile.chunk_counts == (4, 18)
     for cost, block in zip(profile.blocks, model.blocks):
         for value in (cost.forward_s, cost.backward_s, cost.step_s, cost.activation_bytes):
             assert value > 0
@@ -160,6 +164,16 @@ def test_profile_shapes_and_positive_numbers(model, profile):
     assert list(profile.to_frame().index) == list(range(len(model)))
 
 
+def test_per_row_and_per_chunk_costs_solve_the_two_op_sizes():
+    """``t = rows·a + b``: 4 ops over 968 rows and one of 32 rows give ``a`` and ``b`` back."""
+    from gnnpipe.plan.profile import _per_row_and_chunk, tiny_rows
+
+    a, b = 2e-6, 3e-4
+    assert tiny_rows(1000) == 32 and tiny_rows(60) == 3
+    total, tiny = 968 * a + 4 * b, 32 * a + b
+    assert _per_row_and_chunk(total, tiny, 4, 1000) == pytest.approx((a, b))
+
+
 def test_profiling_leaves_the_model_untouched(model, small_graph):
     before = copy.deepcopy(model.state_dict())
     profile_model(model, small_graph, chunks=4, repeats=1)
@@ -169,35 +183,97 @@ def test_profiling_leaves_the_model_untouched(model, small_graph):
 
 @pytest.fixture(scope="module")
 def plan(model, small_graph, profile):
-    return gp.plan(model, small_graph, workers=2, profile=profile)
+    return gp.plan(model, small_graph, workers=4, profile=profile)
 
 
-def test_plan_tiles_the_model_and_picks_a_candidate(model, small_graph, plan):
-    assert plan.ranges[0][0] == 0 and plan.ranges[-1][1] == len(model)
-    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(plan.ranges, plan.ranges[1:]))
-    assert plan.chunks in chunk_candidates(2, small_graph.num_nodes)
-    assert plan.epoch_time == pytest.approx(plan.timeline.makespan())
-    assert plan.epoch_time <= plan.candidates["epoch_time"].min() * (1 + 1e-9)  # refined or equal
-    assert plan.timeline.num_ranks == 2 and len(plan.memory) == 2 and sum(plan.layers) == 4
-    text = repr(plan)
-    assert "2 stages" in text and "predicted_s" in text and "memory" in text
-    uniform = plan.predict([(0, 3), (3, 6)])
+def test_a_plan_weighs_every_mode_and_ranks_them(model, small_graph, plan):
+    table = plan.table()
+    required = {"mode", "stages", "ways", "parts", "chunks", "epoch_time", "peak_bytes",
+                "comm_bytes", "fits", "reason"}
+    assert required <= set(table.columns)
+    assert set(table["mode"]) == {"single", "pipeline", "graph", "hybrid"}
+    # 1 single, pipelines of 2-4 stages in two schedules, graphs of 2-4 parts, one hybrid 2 x 2
+    assert len(table) == 1 + 3 * 2 + 3 + 1
+    assert table["chosen"].tolist() == [True] + [False] * (len(table) - 1)
+    assert table["epoch_time"].iloc[0] == table["epoch_time"].min() == plan.epoch_time
+    assert all(table["reason"].iloc[1:].str.startswith("slower"))
+    assert plan.mode.value == table["mode"].iloc[0] and plan.workers == 4
+    assert max(plan.peak_bytes) == table["peak_bytes"].iloc[0]
+    hybrid = table[table["mode"] == "hybrid"].iloc[0]
+    assert (hybrid["ways"], hybrid["stages"], hybrid["chunks"] % 2) == (2, 2, 0)
+    # no memory limit: nothing that only saves memory is weighed
+    assert not table["recompute"].any() and set(table["history_dtype"]) == {"float32"}
+
+
+def test_each_candidates_bytes_and_memory_are_what_the_models_say(model, small_graph, plan):
+    """A candidate's bytes are ``gp.comm_volume``'s and its memory ``gp.estimate_memory``'s for
+    that layout."""
+    for _, row in plan.table().iterrows():
+        mode = row["mode"]
+        shape = {"graph": {"parts": row["parts"]}, "single": {},
+                 "pipeline": {"stages": row["stages"], "chunks": row["chunks"]},
+                 "hybrid": {"stages": row["stages"], "ways": row["ways"],
+                            "chunks": row["chunks"]}}[mode]
+        ranges = [tuple(r) for r in row["ranges"]]
+        assert row["comm_bytes"] == gp.comm_volume(model, small_graph, mode, ranges=ranges,
+                                                   **shape)
+        if mode in ("single", "graph"):
+            need = gp.estimate_memory(model, small_graph, mode, **shape)
+            assert row["peak_bytes"] == need["peak_bytes"].max()
+    need = gp.estimate_memory(model, small_graph, plan=plan)
+    assert tuple(need["peak_bytes"]) == plan.peak_bytes
+
+
+def test_a_pipeline_plan_tiles_the_model(model, small_graph, profile):
+    piped = gp.plan(model, small_graph, workers=2, profile=profile, modes=["pipeline"])
+    assert piped.mode is Mode.PIPELINE and len(piped.ranges) == 2
+    assert piped.ranges[0][0] == 0 and piped.ranges[-1][1] == len(model)
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(piped.ranges, piped.ranges[1:]))
+    assert piped.chunks in chunk_candidates(2, small_graph.num_nodes, 18)
+    assert piped.epoch_time == pytest.approx(piped.timeline.makespan())
+    assert piped.timeline.num_ranks == 2 and len(piped.memory) == 2 and sum(piped.layers) == 4
+    text = repr(piped)
+    assert "pipeline 2 x" in text and "predicted_s" in text and "memory" in text
+    uniform = piped.predict([(0, 3), (3, 6)])
     assert uniform.makespan() > 0 and uniform.num_ranks == 2
+    assert set(piped.table()["schedule"]) == {"gnnpipe", "1f1b"}
+    only = gp.plan(model, small_graph, 2, profile=profile, modes="pipeline", schedules="gnnpipe")
+    assert set(only.table()["schedule"]) == {"gnnpipe"}
 
 
-def test_plan_respects_a_memory_limit(model, small_graph, profile, plan):
-    limit = int(max(plan.memory) * 1.05)
-    limited = gp.plan(model, small_graph, 2, memory_limit=limit, profile=profile)
-    assert max(limited.memory) <= limit and limited.memory_limit == limit
-    with pytest.raises(ValueError, match="smallest memory limit that fits"):
-        gp.plan(model, small_graph, 2, memory_limit="1kB", profile=profile)
+def test_plan_respects_a_memory_limit(model, small_graph, profile):
+    """Under a limit recompute and 16-bit layouts are weighed too, the chosen one fits, and a
+    16-bit one is chosen only when no float32 one fits (unless compact=True)."""
+    piped = {"profile": profile, "modes": ["pipeline"]}  # single needs least of all here
+    everything = gp.plan(model, small_graph, 2, memory_limit="10GB", compact=True, **piped)
+    table = everything.table()
+    assert table["recompute"].any() and set(table["history_dtype"]) == {"float32", "bfloat16"}
+    with pytest.raises(ValueError, match="too small for every layout") as refused:
+        gp.plan(model, small_graph, 2, memory_limit="1MB", compact=False, **piped)
+    least32 = int(re.search(r"can need is .*? \(([\d,]+) bytes\)", str(refused.value))
+                  .group(1).replace(",", ""))
+    tight = gp.plan(model, small_graph, 2, memory_limit=least32 - 1, **piped)
+    assert tight.layout.compact and max(tight.peak_bytes) <= least32 - 1 == tight.memory_limit
+    assert not tight.table().loc[~tight.table()["fits"], "chosen"].any()
+    with pytest.raises(ValueError, match="too small for every layout"):
+        gp.plan(model, small_graph, 2, memory_limit=least32 - 1, compact=False, **piped)
+    roomy = gp.plan(model, small_graph, 2, memory_limit=least32 * 2, **piped)
+    assert not roomy.layout.compact and max(roomy.peak_bytes) <= least32 * 2
+    assert roomy.table()["reason"].str.contains("16-bit values, not needed").any()
 
 
 def test_an_impossible_memory_limit_is_refused_before_any_profiling(model, small_graph):
     """The memory model decides first: nothing is profiled (this cluster address does not
-    even exist) for a limit no split meets, and the error names the smallest that fits."""
-    with pytest.raises(ValueError, match=r"memory_limit: .* too small for 2 stages; the smallest"):
+    even exist) for a limit no layout meets, and the error names the least any rank needs."""
+    with pytest.raises(ValueError, match=r"memory_limit: .* too small for every layout on 2 "
+                                         r"workers; the least any rank can need is"):
         gp.plan(model, small_graph, 2, memory_limit="1MB", cluster="tcp://127.0.0.1:9")
+
+
+def test_a_profile_is_reused_for_another_limit_or_worker_count(model, small_graph, plan):
+    again = gp.plan(model, small_graph, workers=3, profile=plan.profile)
+    assert again.profile is plan.profile and again.workers == 3
+    assert set(again.table()["workers"]) <= {1, 2, 3}
 
 
 def test_plan_takes_the_pyg_models_train_takes(small_graph):
@@ -212,7 +288,7 @@ def test_plan_takes_the_pyg_models_train_takes(small_graph):
         (GCNConv(16, 4), "x, edge_index -> x")])
     for pyg in (seq, GraphSAGE(small_graph.num_features, 16, num_layers=3, out_channels=4)):
         profile = profile_model(pyg, small_graph, chunks=4, repeats=1)
-        planned = gp.plan(pyg, small_graph, workers=2, profile=profile)
+        planned = gp.plan(pyg, small_graph, workers=2, profile=profile, modes=["pipeline"])
         assert planned.ranges[-1][1] == len(gp.models.from_pyg(pyg))
         assert memory_costs(pyg, small_graph, 2)[1] > 0
         run = gp.train(pyg, small_graph, "local", plan=planned, epochs=2, progress=False)
@@ -220,34 +296,65 @@ def test_plan_takes_the_pyg_models_train_takes(small_graph):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"workers": 0}, "workers: expected 1 to 6"),
-    ({"workers": 7}, "workers: expected 1 to 6"),
+    ({"workers": 0}, "workers: expected a positive integer"),
     ({"memory_limit": "plenty"}, "memory_limit: expected a size"),
     ({"bandwidth": "fast"}, "bandwidth: expected a size"),
-    ({"chunks": 0}, "chunks: expected counts"),
+    ({"chunks": 0}, "chunks: expected a positive integer"),
+    ({"chunks": 601}, "chunks: expected at most 600"),
+    ({"modes": ["local"]}, "modes: expected some of"),
+    ({"schedules": ["gpipe"]}, "schedules: expected one of"),
 ])
 def test_plan_rejects_bad_arguments(model, small_graph, profile, kwargs, match):
     with pytest.raises(ValueError, match=match):
         gp.plan(model, small_graph, **{"workers": 2, "profile": profile, **kwargs})
 
 
-def test_plan_with_fixed_chunks_and_bandwidth(model, small_graph, profile):
-    fixed = gp.plan(model, small_graph, 2, bandwidth="1MB/s", chunks=4, profile=profile)
-    assert fixed.chunks == 4 and fixed.bandwidth == 1e6
+def test_plan_with_fewer_chunks_and_a_bandwidth(model, small_graph, profile):
+    fixed = gp.plan(model, small_graph, 2, bandwidth="1MB/s", chunks=4, profile=profile,
+                    modes=["pipeline", "hybrid"])
+    assert fixed.chunks <= 4 and fixed.bandwidth == 1e6
+    assert fixed.table()["chunks"].max() <= 4
 
 
-def test_train_with_a_plan(model, small_graph, plan):
-    run = gp.train(copy.deepcopy(model), small_graph, "local", plan=plan, epochs=2, progress=False)
-    assert len(run.history) == 2
-    assert [tuple(r) for r in run.config.ranges] == list(plan.ranges)
-    assert run.config.chunks == plan.chunks
+@pytest.mark.parametrize("mode", ["single", "pipeline", "graph", "hybrid"])
+def test_train_runs_a_plan_of_each_mode(cluster, model, small_graph, profile, mode):
+    """``gp.train(model, data, plan=plan)``: the plan's mode and whole layout, and its
+    prediction beside the measured figures."""
+    planned = gp.plan(model, small_graph, workers=4, profile=profile, modes=[mode])
+    run = gp.train(copy.deepcopy(model), small_graph, plan=planned, epochs=2, cluster=cluster,
+                   progress=False)
+    layout = planned.layout
+    job = run.config
+    assert (job.mode, job.ways, job.chunks) == (layout.mode, layout.ways, layout.chunks)
+    assert job.world == layout.workers and job.schedule is layout.schedule
+    if mode == "graph":
+        assert job.parts == layout.parts
+    else:
+        assert [tuple(r) for r in job.ranges] == list(layout.ranges)
+    assert run.prediction is not None and run.prediction.epoch_time == planned.epoch_time
+    row = run.summary().iloc[0]
+    assert row["predicted_epoch_time_s"] == planned.epoch_time
+    assert row["epoch_time_ratio"] == pytest.approx(row["epoch_time_s"] / planned.epoch_time)
+    assert row["predicted_peak_bytes"] == max(planned.peak_bytes)
+    if mode != "single":
+        assert run.history["comm_bytes"].iloc[-1] == planned.comm_bytes
 
 
-def test_cli_plan_prints_the_plan(capsys):
-    assert main(["plan", "--dataset", "synthetic:300", "--model", "gcn", "--layers", "4",
-                 "--workers", "2", "--memory-limit", "1GB", "--repeats", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "Plan: 2 stages" in out and "memory limit 1 GB" in out
+def test_train_refuses_arguments_a_plan_sets_otherwise(model, small_graph, profile):
+    planned = gp.plan(model, small_graph, workers=2, profile=profile, modes=["graph"])
+    with pytest.raises(ValueError, match="mode: the plan is for mode 'graph'"):
+        gp.train(model, small_graph, "pipeline", plan=planned, epochs=1)
+    with pytest.raises(ValueError, match="parts: the plan sets parts=2"):
+        gp.train(model, small_graph, plan=planned, parts=3, epochs=1)
+    with pytest.raises(TypeError, match="plan: expected a gp.Plan"):
+        gp.train(model, small_graph, plan={"mode": "graph"}, epochs=1)
+
+
+def test_a_plan_round_trips_through_json(plan, tmp_path):
+    back = Plan.from_json(plan.to_json(tmp_path / "plan.json"))
+    assert back.layout == plan.layout and back.epoch_time == plan.epoch_time
+    assert back.peak_bytes == plan.peak_bytes and back.comm_bytes == plan.comm_bytes
+    assert back.table()["layout"].tolist() == plan.table()["layout"].tolist()
 
 
 def test_profile_of_slices_joins_into_a_whole(model, small_graph):
@@ -264,18 +371,17 @@ def test_profile_of_slices_joins_into_a_whole(model, small_graph):
 
 
 def test_plan_profiles_on_the_cluster_workers(cluster, model, small_graph):
-    planned = gp.plan(model, small_graph, 2, cluster=cluster, repeats=1)
+    planned = gp.plan(model, small_graph, 2, cluster=cluster, repeats=1, modes=["pipeline"])
     assert planned.ranges[0][0] == 0 and planned.ranges[-1][1] == len(model)
     assert planned.profile.num_nodes == small_graph.num_nodes
     assert all(b.forward_s > 0 and b.backward_s > 0 for b in planned.profile.blocks)
 
 
-def test_plan_considers_chunk_counts_only_up_to_the_profiled_ones(model, small_graph, profile):
-    """Per-row and per-chunk costs are a line through the profile's two chunk counts; the
-    default candidates stay within them instead of extrapolating the line."""
+def test_plan_considers_chunk_counts_only_up_to_the_profiled_reach(model, small_graph, profile):
+    """Per-row and per-chunk costs are a line through the profile's chunk sizes; candidates
+    stay within it instead of extrapolating the line."""
     chosen = gp.plan(model, small_graph, workers=2, profile=profile)
-    tried = chosen.candidates["chunks"]
-    assert tried.max() <= max(profile.chunk_counts) < max(chunk_candidates(2, small_graph.num_nodes))
+    assert chosen.table()["chunks"].max() <= max(profile.chunk_counts)
 
 
 def test_profile_frees_what_it_allocated(model, small_graph):

@@ -62,7 +62,7 @@ class Env:
         return data
 
     def plan_for(self, model) -> gp.Plan:
-        return gp.plan(model, self.data, 2, chunks=4, repeats=1)
+        return gp.plan(model, self.data, 2, chunks=4, repeats=1, modes=["pipeline"])
 
     def closed(self, kind: str):
         """A closed gp.Cluster or distributed.Client on the shared cluster's scheduler."""
@@ -106,7 +106,7 @@ CASES = [
     (lambda e: e.train(timeout=NAN), ValueError, "timeout"),
     (lambda e: e.train(device="gpu"), ValueError, "device: expected one of"),
     (lambda e: e.train(mode="turbo"), ValueError, "mode: unknown mode 'turbo'"),
-    (lambda e: e.train(mode=None), ValueError, "mode: unknown mode None"),
+    (lambda e: e.train(mode=3), ValueError, "mode: unknown mode 3"),
     (lambda e: e.train(background="yes"), TypeError, "background: expected True or False"),
     (lambda e: e.train(progress="no"), TypeError, "progress"),
     (lambda e: e.train(recompute="no"), TypeError, "recompute"),
@@ -206,14 +206,16 @@ CASES = [
     # gp.plan
     *[(lambda e, kw=kw: lambda: gp.plan(e.model, e.data, **{"workers": 2, **kw}), error, match)
       for kw, error, match in [
-          ({"workers": 0}, ValueError, "workers: expected 1 to 2"),
-          ({"workers": "2"}, ValueError, "workers"),
+          ({"workers": 0}, ValueError, "workers: expected a positive integer"),
+          ({"workers": "2"}, TypeError, "workers"),
           ({"memory_limit": "lots"}, ValueError, "memory_limit: expected a size"),
           ({"memory_limit": NAN}, ValueError, "memory_limit"),
           ({"bandwidth": "fast"}, ValueError, "bandwidth: expected a size"),
           ({"bandwidth": -1}, ValueError, "bandwidth"),
           ({"latency": NAN}, ValueError, "latency"),
-          ({"chunks": 0}, ValueError, "chunks: expected counts"),
+          ({"chunks": 0}, ValueError, "chunks: expected a positive integer"),
+          ({"modes": ["pipe"]}, ValueError, "modes: expected some of"),
+          ({"compact": "yes"}, TypeError, "compact: expected None, True or False"),
           ({"profile": "cached"}, TypeError, "profile: expected a Profile")]],
 ]
 
@@ -264,6 +266,6 @@ def test_valid_inputs_still_train():
                    gnn_weight_decay=0.0, techniques={"random_order": False}, recompute=True,
                    timeout=5, progress=False)
     assert run.history["epoch"].tolist() == [0, 1] and run.config.chunks == 3
-    plan = gp.plan(model, data, 2, chunks=4, repeats=1)
+    plan = gp.plan(model, data, 2, chunks=4, repeats=1, modes=["pipeline"])
     run = gp.train(copy.deepcopy(model), data, "local", plan=plan, epochs=1, progress=False)
     assert [tuple(r) for r in run.config.ranges] == list(plan.ranges)

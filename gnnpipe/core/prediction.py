@@ -11,7 +11,7 @@ import pandas as pd
 __all__ = ["CANDIDATE_COLUMNS", "Prediction"]
 
 #: The columns of a plan's candidate table (``plan.table()``), in this order.
-CANDIDATE_COLUMNS = ("layout", "mode", "stages", "ways", "parts", "chunks", "schedule",
+CANDIDATE_COLUMNS = ("layout", "mode", "stages", "ways", "parts", "chunks", "ranges", "schedule",
                      "recompute", "history_dtype", "wire_dtype", "workers", "epoch_time",
                      "peak_bytes", "comm_bytes", "fits", "chosen", "reason")
 

@@ -3,7 +3,6 @@ job on ``N`` workers, from one profile, under a memory limit."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -22,7 +21,6 @@ from gnnpipe.plan.layout import PLANNED_MODES, Layout, layouts
 from gnnpipe.plan.profile import Profile, check_inputs, profile_counts, profile_on_workers
 from gnnpipe.plan.result import Plan
 from gnnpipe.plan.search import Candidate, Search
-from gnnpipe.plan.stages import split_stages
 from gnnpipe.pyg import as_stack
 
 __all__ = ["DEFAULT_SCHEDULES", "MAX_CHUNKS", "memory_costs", "plan"]
@@ -95,26 +93,10 @@ def _check(model: LayerStack, data: Data, workers: Any, chunks: Any, latency: An
     return top
 
 
-def _least(search: Search, layout: Layout, chunks: int) -> int:
-    """The least a rank of ``layout`` can need: its estimate (``single``, ``graph``), or the
-    estimate of the split whose largest stage's per-block bound is least, at ``chunks``."""
-    if not layout.mode.staged:
-        return max(search.peaks(layout))
-    layout = dataclasses.replace(layout, chunks=chunks - chunks % layout.ways or layout.ways)
-    own, _ = search.memory.block_costs(search.job(layout))
-    split = _least_split(own, layout.stages)
-    return max(search.peaks(dataclasses.replace(layout, ranges=tuple(split))))
-
-
-def _least_split(own: Sequence[int], stages: int) -> list[tuple[int, int]]:
-    """The split whose largest stage (by ``own``, per block) is least."""
-    return split_stages(own, [0] * len(own), [0.0] * (len(own) - 1), stages)
-
-
-def _refuse(search: Search, candidates: list[Layout], limit: int, chunks: int) -> None:
+def _refuse(search: Search, candidates: list[Layout], limit: int) -> None:
     """``ValueError`` naming the smallest need when no layout fits ``limit`` (before any
     profiling: the memory model alone decides)."""
-    needs = [(_least(search, layout, chunks), layout) for layout in candidates]
+    needs = [(search.least(layout), layout) for layout in candidates]
     least, layout = min(needs, key=lambda t: t[0])
     if least > limit:
         raise ValueError(f"memory_limit: {format_bytes(limit)} ({limit:,} bytes) is too small for "
@@ -192,7 +174,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
     memory = MemoryModel(model, data, seed)
     if limit is not None:
         _refuse(Search(model, data, _NO_PROFILE, memory, net, limit, max_chunks), candidates,
-                limit, max_chunks)
+                limit)
     if profile is None:
         profile = profile_on_workers(cluster, slices, model, data, 4 * slices, repeats=repeats,
                                      seed=seed)
@@ -223,6 +205,7 @@ def _rank(weighed: list[Candidate], compact: bool | None) -> tuple[Candidate, pd
         rows.append({
             "layout": lay.describe(), "mode": lay.mode.value, "stages": lay.stages,
             "ways": lay.ways, "parts": lay.parts, "chunks": lay.chunks,
+            "ranges": [list(r) for r in lay.ranges],
             "schedule": lay.schedule.value, "recompute": lay.recompute,
             "history_dtype": lay.history_dtype.value, "wire_dtype": lay.wire_dtype.value,
             "workers": lay.workers, "epoch_time": c.epoch_time, "peak_bytes": max(c.peak_bytes),

@@ -45,6 +45,7 @@ __all__ = [
     "profile_counts",
     "profile_model",
     "profile_on_workers",
+    "tiny_rows",
 ]
 
 BYTES_PER_VALUE = 4  # fp32
@@ -138,8 +139,8 @@ class _SliceBench:
                  seed: int) -> None:
         parts = make_chunks(data, chunks, seed=seed)
         self.data = ordered = parts.apply(data)
-        self.bounds = _with_tiny(parts.bounds.tolist())
-        self.tiny = len(self.bounds) - 2  # the last chunk: TINY_ROWS rows
+        self.bounds = _with_tiny(parts.bounds.tolist(), tiny_rows(data.num_nodes))
+        self.tiny = len(self.bounds) - 2  # the last chunk: tiny_rows(n) rows
         self.seed = seed
         adj = normalized_adjacency(ordered.edge_index, data.num_nodes, work.norm)
         # One stage's blocks share its chunks' rows (and gather buffer), hot from block to
@@ -276,8 +277,8 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
     model = as_stack(model, data)
     data = check_inputs(model, data)
     n = data.num_nodes
-    if n < 4 * TINY_ROWS:
-        raise ValueError(f"data: profiling needs at least {4 * TINY_ROWS} nodes, got {n}")
+    if n < 4:
+        raise ValueError(f"data: profiling needs at least 4 nodes, got {n}")
     for name, value in (("repeats", repeats), ("chunks", chunks)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
@@ -293,14 +294,13 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
         bench = _SliceBench(work, data, count, start, stop, seed)
         took = _medians(bench, warmup, repeats)
         kept, buffers = bench.kept_bytes(), bench.buffer_bytes()
-        rows = n - TINY_ROWS
     finally:
         torch.set_num_threads(before)
     costs = []
     for k, b in enumerate(range(start, stop)):
         block = model.blocks[b]
         (fwd, fwd_fixed), (bwd, bwd_fixed) = (
-            _per_row_and_chunk(took[kind][k], took[f"{kind}_tiny"][k], count, rows)
+            _per_row_and_chunk(took[kind][k], took[f"{kind}_tiny"][k], count, n)
             for kind in ("forward", "backward"))
         params = sum(p.numel() * p.element_size() for p in block.parameters())
         costs.append(BlockCost(
@@ -313,24 +313,33 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
     return Profile(tuple(costs), n, (count, reach), cuts, time.perf_counter() - began)
 
 
+def tiny_rows(num_nodes: int) -> int:
+    """Rows of the profile's small chunk: :data:`TINY_ROWS`, at most a sixteenth of the graph."""
+    return max(1, min(TINY_ROWS, num_nodes // 16))
+
+
 def profile_counts(chunks: int, num_nodes: int) -> tuple[int, int]:
     """The chunk count :func:`profile_model` measures at (``chunks``, at most a quarter of the
-    nodes) and the most chunks its costs reach (chunks of :data:`TINY_ROWS` rows or more, at
+    nodes) and the most chunks its costs reach (chunks of :func:`tiny_rows` rows or more, at
     most 16 × ``chunks``)."""
-    count = min(chunks, num_nodes // 4)
-    return count, max(count, min(16 * count, num_nodes // TINY_ROWS))
+    count = max(1, min(chunks, num_nodes // 4))
+    return count, max(count, min(16 * count, num_nodes // tiny_rows(num_nodes)))
 
 
-def _with_tiny(bounds: list[int]) -> list[int]:
-    """``bounds`` with the last :data:`TINY_ROWS` rows of the last chunk a chunk of their own."""
-    return [*bounds[:-1], bounds[-1] - TINY_ROWS, bounds[-1]]
+def _with_tiny(bounds: list[int], tiny: int) -> list[int]:
+    """``bounds`` with the last ``tiny`` rows of the last chunk a chunk of their own."""
+    return [*bounds[:-1], bounds[-1] - tiny, bounds[-1]]
 
 
-def _per_row_and_chunk(total: float, tiny: float, chunks: int, rows: int) -> tuple[float, float]:
-    """Solve ``t = rows·a + b`` from ``chunks`` ops over ``rows`` rows taking ``total`` seconds
-    and one of :data:`TINY_ROWS` rows taking ``tiny`` (``b`` clipped to ``[0, tiny]``: noise)."""
-    per_row = max(total - chunks * tiny, 1e-12 * rows) / max(rows - chunks * TINY_ROWS, 1)
-    per_chunk = min(max(tiny - TINY_ROWS * per_row, 0.0), tiny)
+def _per_row_and_chunk(total: float, tiny: float, chunks: int,
+                       num_nodes: int) -> tuple[float, float]:
+    """Solve ``t = rows·a + b`` from ``chunks`` ops over all rows but the small chunk's taking
+    ``total`` seconds and the small chunk's op taking ``tiny`` (``b`` clipped to ``[0, tiny]``:
+    noise)."""
+    small = tiny_rows(num_nodes)
+    rows = num_nodes - small
+    per_row = max(total - chunks * tiny, 1e-12 * rows) / max(rows - chunks * small, 1)
+    per_chunk = min(max(tiny - small * per_row, 0.0), tiny)
     return per_row, per_chunk
 
 

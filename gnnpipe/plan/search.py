@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -77,6 +76,8 @@ class Search:
                  net: Network, limit: int | None, max_chunks: int) -> None:
         self.model, self.data, self.profile, self.memory = model, data, profile, memory
         self.net, self.limit, self.max_chunks = net, limit, max_chunks
+        if profile.num_nodes not in (0, data.num_nodes):
+            raise ValueError("profile: it was measured for another graph")
         self._calls = probe_calls(model.blocks, model.blocks[0].in_dim)
         self._totals: dict[int, tuple[int, int, int]] = {}
 
@@ -158,31 +159,35 @@ class Search:
         """The best (split, chunks) of a pipeline or hybrid layout that fits, else the fastest."""
         own, shared = [0] * len(self.model), 0  # without a limit every split fits
         if self.limit is not None:
-            base = self.job(dataclasses.replace(layout, chunks=self._memory_chunks(layout)))
-            own, shared = self.memory.block_costs(base)
+            own, shared = self.bounds(layout)
         prefix = [0, *itertools.accumulate(own)]
 
         def fits(a: int, b: int) -> bool:
             return self.limit is None or prefix[b] - prefix[a] + shared <= self.limit
 
         tried = []
-        for chunks in self._counts(layout):
+        for chunks in self.counts(layout):
             trial = dataclasses.replace(layout, chunks=chunks)
             try:
                 ranges = split_stages(self._block_seconds(trial), own, self._cut_seconds(trial),
                                       layout.stages, self.limit, stage_memory=shared)
-            except ValueError:  # no split under the limit by the per-block bound
-                ranges = stage_ranges(len(self.model), layout.stages)
+            except ValueError:  # no split fits by the per-block bound: the least one may
+                ranges = least_split(own, layout.stages)
             trial = dataclasses.replace(trial, ranges=tuple(ranges))
             tried.append((self._timeline(trial).makespan(), trial))
         tried.sort(key=lambda t: (t[0], t[1].chunks))
-        best = None
-        for seconds, trial in tried[:3]:
-            seconds, trial = self._refine(trial, seconds, fits)
-            if best is None or seconds < best[0]:
-                best = (seconds, trial)
-        assert best is not None, "every staged layout has at least one chunk count"
-        return self._costed(best[1])
+        refined = sorted((self._refine(trial, seconds, fits) for seconds, trial in tried[:3]),
+                         key=lambda t: (t[0], t[1].chunks))
+        first = None
+        for _, trial in refined + tried[3:]:  # the fastest whose estimate fits the limit
+            candidate = self._costed(trial)
+            if candidate.fits:
+                return candidate
+            first = first or candidate
+            if self.limit is None:
+                break
+        assert first is not None, "every staged layout has at least one chunk count"
+        return first
 
     def _costed(self, layout: Layout) -> Candidate:
         peaks = self.peaks(layout)
@@ -196,17 +201,28 @@ class Search:
         return staged_timeline(self.profile, layout, layout.ranges, self.net,
                                self._exchange(layout, layout.ranges))
 
-    def _counts(self, layout: Layout) -> list[int]:
+    def counts(self, layout: Layout) -> list[int]:
+        """The chunk counts a staged layout is weighed at."""
         per = layout.stages * layout.ways
-        return [c for c in chunk_candidates(per, self.profile.num_nodes, self.max_chunks)
+        return [c for c in chunk_candidates(per, self.data.num_nodes, self.max_chunks)
                 if c % layout.ways == 0]
 
-    def _memory_chunks(self, layout: Layout) -> int:
-        """The chunk count whose chunking prices the split's memory: one already made, else
-        the layout's smallest candidate (the most each chunk holds)."""
-        counts = self._counts(layout)
-        made = [c for c in self.memory.chunk_counts() if c in counts]
-        return made[0] if made else counts[0]
+    def bounds(self, layout: Layout) -> tuple[list[int], int]:
+        """Per block and per stage, the memory bound a split is priced by
+        (:meth:`~gnnpipe.analysis.memory.MemoryModel.block_costs`), at the layout's fewest
+        chunks: the largest chunks hold the most, so it bounds every count weighed."""
+        fewest = dataclasses.replace(layout, chunks=self.counts(layout)[0])
+        return self.memory.block_costs(self.job(fewest))
+
+    def least(self, layout: Layout) -> int:
+        """The least a rank of ``layout`` can need: its estimate (``single``, ``graph``), or the
+        smallest estimate over the counts weighed of the split whose largest stage is least by
+        the per-block bound (the split a limit leaves when no other fits)."""
+        if not layout.mode.staged:
+            return max(self.peaks(layout))
+        split = tuple(least_split(self.bounds(layout)[0], layout.stages))
+        return min(max(self.peaks(dataclasses.replace(layout, chunks=c, ranges=split)))
+                   for c in self.counts(layout))
 
     def _refine(self, layout: Layout, seconds: float, fits: Fits) -> tuple[float, Layout]:
         """Move single boundaries one block at a time while the simulated epoch gets shorter
@@ -226,6 +242,6 @@ class Search:
         return seconds, layout
 
 
-def fastest(candidates: Sequence[Candidate]) -> float:
-    """The smallest predicted epoch among ``candidates`` (inf for none)."""
-    return min((c.epoch_time for c in candidates), default=math.inf)
+def least_split(own: Sequence[int], stages: int) -> list[tuple[int, int]]:
+    """The split whose largest stage (by ``own``, per block) is least."""
+    return split_stages(own, [0] * len(own), [0.0] * (len(own) - 1), stages)

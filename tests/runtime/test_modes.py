@@ -60,8 +60,10 @@ def test_pipeline_with_one_block_end_stages_equals_local(cluster, small_graph, g
     choose): ``h0`` crosses the first boundary, not the last one."""
     ranges = [(0, 1), (1, len(gcnii) - 1), (len(gcnii) - 1, len(gcnii))]
     profile = profile_model(gcnii, small_graph, 4, repeats=1)
-    plan = dataclasses.replace(gp.plan(gcnii, small_graph, 3, profile=profile),
-                               ranges=tuple(ranges), chunks=4)  # a split a plan may choose
+    planned = gp.plan(gcnii, small_graph, 3, profile=profile, modes=["pipeline"],
+                      schedules=["gnnpipe"])
+    plan = dataclasses.replace(planned, layout=dataclasses.replace(
+        planned.layout, stages=3, ranges=tuple(ranges), chunks=4))  # a split a plan may choose
     local = gp.train(copy.deepcopy(gcnii), small_graph, "local", plan=plan, epochs=3,
                      progress=False)
     pipe = gp.train(copy.deepcopy(gcnii), small_graph, "pipeline", plan=plan, epochs=3,
