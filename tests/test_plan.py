@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import gnnpipe as gp
-from gnnpipe.cli import main
 from gnnpipe.core.kinds import Mode
 from gnnpipe.plan import (
     Plan,

@@ -1,0 +1,101 @@
+"""``schedule="1f1b"``: each chunk's backward as soon as the last stage has its loss.
+
+The training rule is every stage's op order (its Hbuf and dZbuf are its own), so ``pipeline``
+must equal ``local``, whatever the stage count; it differs from fill-drain's (backwards run in
+chunk order), keeps at most ``S - s`` chunks in flight on stage ``s`` and is refused where it
+cannot run.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import gnnpipe as gp
+from gnnpipe.analysis.memory import estimate
+from gnnpipe.api import door
+
+
+def _rel(a, b) -> float:
+    a, b = torch.tensor(a.to_numpy()), torch.tensor(b.to_numpy())
+    return float(((a - b).abs() / b.abs()).max())
+
+
+@pytest.fixture(scope="module")
+def gcnii(small_graph):
+    torch.manual_seed(0)
+    return gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=6, dropout=0.3)
+
+
+def _local(model, data, **kwargs):
+    return gp.train(copy.deepcopy(model), data, "local", epochs=6, progress=False, **kwargs)
+
+
+def test_pipeline_equals_local_in_1f1b(cluster, small_graph, gcnii):
+    kwargs = {"stages": 3, "chunks": 6, "schedule": "1f1b",
+              "techniques": {"snapshot_period": 2}}
+    local = _local(gcnii, small_graph, **kwargs)
+    pipe = gp.train(copy.deepcopy(gcnii), small_graph, "pipeline", epochs=6, cluster=cluster,
+                    progress=False, **kwargs)
+    assert _rel(pipe.history["loss"], local.history["loss"]) < 1e-5
+    assert pipe.history["val_acc"].tolist() == local.history["val_acc"].tolist()
+    assert pipe.config.schedule.value == "1f1b"
+    # every stage ran its ops in 1F1B's order: stage 1 of 3 warms up with two forwards
+    tl = pipe.timeline.df
+    ops = tl[(tl["rank"] == 1) & (tl["epoch"] == 1) & tl["kind"].isin(["forward", "backward"])]
+    kinds = ops.sort_values("start")["kind"].tolist()
+    assert kinds[:4] == ["forward", "forward", "backward", "forward"]
+    assert kinds.count("forward") == kinds.count("backward") == 6
+    predicted = gp.comm_volume(gcnii, small_graph, "pipeline", stages=3)
+    assert (pipe.history["comm_bytes"] == predicted).all()
+
+
+def test_1f1b_is_its_own_rule_and_the_same_at_any_stage_count(small_graph, gcnii):
+    one = _local(gcnii, small_graph, stages=1, chunks=6, schedule="1f1b")
+    three = _local(gcnii, small_graph, stages=3, chunks=6, schedule="1f1b")
+    fill = _local(gcnii, small_graph, stages=3, chunks=6)
+    assert one.history["loss"].tolist() == three.history["loss"].tolist()
+    assert one.history["loss"].iloc[0] == fill.history["loss"].iloc[0]  # forwards alike
+    assert one.history["loss"].iloc[-1] != fill.history["loss"].iloc[-1]  # backwards differ
+
+
+def test_one_chunk_in_1f1b_is_exact(small_graph, gcnii):
+    chunked = _local(gcnii, small_graph, chunks=1, schedule="1f1b")
+    exact = gp.train(copy.deepcopy(gcnii), small_graph, "single", epochs=6, progress=False)
+    assert _rel(chunked.history["loss"], exact.history["loss"]) < 1e-5
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mode": "graph"}, "schedule: '1f1b' orders the chunked epoch of mode 'local' or 'pipeline'"),
+    ({"mode": "hybrid", "ways": 2, "stages": 2}, "mode='hybrid' runs 'gnnpipe'"),
+    ({"mode": "local", "techniques": True}, "dZbuf cannot live in Hbuf's memory"),
+    ({"mode": "local", "schedule": "gpipe"}, "schedule: expected one of"),
+])
+def test_1f1b_is_refused_where_it_cannot_run(small_graph, gcnii, kwargs, match):
+    kwargs = {"schedule": "1f1b", **kwargs}
+    with pytest.raises(ValueError, match=match):
+        gp.train(gcnii, small_graph, epochs=1, progress=False, **kwargs)
+
+
+def _job(model, data, mode, **kwargs):
+    return door.parse_train(model, data, mode, **{
+        **{k: v for k, v in door.LAYOUT_DEFAULTS.items()}, "plan": None, "parts_per_chunk": 1,
+        "workers": None, "cluster": None, "techniques": None, "split": None, "checkpoint": None,
+        "checkpoint_every": 10, "resume": None, "restarts": 0, "background": False,
+        "progress": False, "epochs": 1, "lr": 0.01, "weight_decay": 0.0,
+        "gnn_weight_decay": None, "seed": 0, "timeout": 60.0, "eval_every": 1, "device": "cpu",
+        **kwargs}).job
+
+
+def test_1f1b_stashes_at_most_the_chunks_in_flight(small_graph, gcnii):
+    """Stage ``s`` of ``S`` keeps ``S - s`` chunks, one process one chunk; fill-drain all."""
+    def stash(mode, schedule, **kwargs):
+        job = _job(gcnii, small_graph, mode, stages=3, chunks=12, schedule=schedule, **kwargs)
+        return estimate(gcnii, small_graph, job)["stash"].tolist()
+
+    fill, staged = stash("pipeline", "gnnpipe"), stash("pipeline", "1f1b")
+    assert all(s < f for s, f in zip(staged, fill))
+    assert staged[0] > staged[1] > staged[2]  # 3, 2 and 1 chunks in flight
+    assert stash("local", "1f1b")[0] < stash("local", "gnnpipe")[0]
