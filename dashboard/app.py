@@ -1,5 +1,6 @@
-"""`Dashboard(source)`: training curves, stage timeline, communication, partitions and the
-schedule explorer, live or replayed. Also the ``panel serve dashboard/app.py`` entry point."""
+"""`Dashboard(source)`: training curves, stage timeline, communication, partitions, the plan
+(for a run trained from one) and the schedule explorer, live or replayed. Also the
+``panel serve dashboard/app.py`` entry point."""
 
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ from dashboard.stream import Snapshot, as_source
 from dashboard.views import comm as comm_views
 from dashboard.views import metrics as metric_views
 from dashboard.views import partitions as partition_views
+from dashboard.views import plan as plan_views
 from dashboard.views import ranks as rank_views
 from dashboard.views.schedule import ScheduleExplorer
 from dashboard.views.timeline import select_epoch, timeline_epochs, timeline_plot
 from dashboard.views.whatif import whatif_panel
 from gnnpipe.analysis.efficiency import Layout
 from gnnpipe.core.job import TrainConfig
+from gnnpipe.core.prediction import Prediction
 from gnnpipe.core.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -86,6 +89,36 @@ class _RanksCard:
         self.shares.update(shares)
         self.efficiency.update(per_epoch)
         self.table.object = rank_views.shares_table(shares, per_epoch)
+
+
+class _PlanCard:
+    """What the plan predicted for every layout it weighed, and the running layout's measured
+    epoch and peak beside its prediction (:mod:`dashboard.views.plan`)."""
+
+    def __init__(self, prediction: Prediction, history: pd.DataFrame,
+                 memory: pd.DataFrame) -> None:
+        self.prediction = prediction
+        self.measured = plan_views.measured_figures(history, memory)
+        self.plot = LiveView(lambda m: plan_views.plan_plot(prediction, *m), self.measured,
+                             width=plan_views.PLAN_WIDTH + 20)
+        self.text = pn.pane.Markdown(plan_views.plan_text(prediction, *self.measured[:2]),
+                                     width=plan_views.PLAN_WIDTH)
+        self.layout = pn.Column(self.plot.pane, self.text)
+        self.epochs = len(history)
+
+    def update(self, history: pd.DataFrame, memory: Callable[[], pd.DataFrame],
+               final: bool = False) -> None:
+        """Move the measured point when epochs arrived (or the run ended) and the run's median
+        epoch or largest peak changed; ``memory`` gives the per-rank peaks (asked only then)."""
+        if len(history) == self.epochs and not final:
+            return
+        self.epochs = len(history)
+        measured = plan_views.measured_figures(history, memory())
+        if measured == self.measured:
+            return
+        self.measured = measured
+        self.plot.update(measured)
+        self.text.object = plan_views.plan_text(self.prediction, *measured[:2])
 
 
 def _run_ranks(config: TrainConfig | None) -> int:
@@ -207,12 +240,16 @@ class Dashboard(param.Parameterized):
         difference = LiveView(lambda h: comm_views.bytes_difference_plot(h, predicted_bytes),
                               history, sizing_mode="stretch_width")
         ranks = _RanksCard(config, timeline, session.memory())
+        prediction = self.source.prediction
+        plan = (_PlanCard(prediction, history, session.memory()) if prediction is not None
+                else None)
         grid = {"ncols": 2, "sizing_mode": "stretch_width"}
         cards = [
             pn.Card(pn.Row(losses.pane, accuracy.pane, times.pane), title="Training"),
             pn.Card(pn.Column(selector, lanes.pane, relation, *[p for p in [predicted] if p]),
                     title="Stage timeline"),
             pn.Card(ranks.layout, title="Ranks"),
+            *([pn.Card(plan.layout, title="Plan")] if plan is not None else []),
             pn.Card(pn.GridBox(matrix.pane, kinds.pane, per_epoch.pane, difference.pane, **grid),
                     title="Communication"),
             pn.Card(self._partitions(), title="Partitions"),
@@ -240,6 +277,8 @@ class Dashboard(param.Parameterized):
                     show_epoch(tl)
             per_epoch.update(hist)
             difference.update(hist)
+            if plan is not None:  # redraws only when the measured figures moved
+                plan.update(hist, session.memory, session.final is not None)
             now = time.monotonic()
             if session.final is not None or now - redrawn[0] >= SLOW_VIEWS_PERIOD_S:
                 redrawn[0] = now  # whole-plot redraws: at most once a period, and at the end

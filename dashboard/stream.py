@@ -18,6 +18,7 @@ import pandas as pd
 
 from gnnpipe.core.job import Launch, TrainConfig
 from gnnpipe.core.kinds import Mode
+from gnnpipe.core.prediction import Prediction
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.run import HISTORY_COLUMNS, memory_from
 
@@ -87,11 +88,13 @@ class Snapshot:
 
 
 class Source:
-    """Base: the job (when known), its launch, a feed for live data, and the final results
-    when known."""
+    """Base: the job (when known), its launch, what the plan it was trained from predicted
+    (``run.prediction``; None for a run without a plan), a feed for live data, and the final
+    results when known."""
 
-    def __init__(self, config: TrainConfig | None, launch: Launch | None = None) -> None:
-        self.config, self.launch = config, launch
+    def __init__(self, config: TrainConfig | None, launch: Launch | None = None,
+                 prediction: Prediction | None = None) -> None:
+        self.config, self.launch, self.prediction = config, launch, prediction
         self.feed = Feed()
 
     @property
@@ -107,7 +110,7 @@ class RunSource(Source):
     """A `Run` object in this process: live while a distributed run trains."""
 
     def __init__(self, run: Any) -> None:
-        super().__init__(run.config, run.launch)
+        super().__init__(run.config, run.launch, getattr(run, "prediction", None))
         self.run = run
         self.partitioning = getattr(run, "partitioning", None)
         self.data = getattr(run, "data", None)
@@ -148,7 +151,8 @@ class TopicSource(Source):
 
 
 class ReplaySource(Source):
-    """A finished run saved by ``Run.save`` (``runs/<id>/``), or a lone timeline/trace file."""
+    """A finished run saved by ``Run.save`` (``runs/<id>/``), or a lone timeline/trace file;
+    a run trained from a plan also has its ``prediction.json``."""
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
@@ -157,8 +161,11 @@ class ReplaySource(Source):
         folder = path if path.is_dir() else path.parent
         config_file = folder / "config.json"
         raw = json.loads(config_file.read_text()) if config_file.exists() else None
+        prediction_file = folder / "prediction.json"
+        prediction = (Prediction.from_dict(json.loads(prediction_file.read_text()))
+                      if prediction_file.exists() else None)
         super().__init__(TrainConfig.from_dict(raw) if raw else None,
-                         Launch.from_dict(raw) if raw else None)
+                         Launch.from_dict(raw) if raw else None, prediction)
         history_file = folder / "history.csv"
         self.history = (pd.read_csv(history_file) if history_file.exists()
                         else pd.DataFrame(columns=list(HISTORY_COLUMNS)))

@@ -8,8 +8,8 @@ from typing import Any
 
 from gnnpipe.core.timeline import KINDS
 
-__all__ = ["CLASS_COLORS", "COMM_KIND_COLORS", "LEGEND_NAME", "OP_COLORS", "OP_LABELS",
-           "OTHER_COLOR", "bytes_axis", "bytes_formatter", "categorical_ticks", "human_bytes",
+__all__ = ["CLASS_COLORS", "COMM_KIND_COLORS", "LEGEND_NAME", "MODE_COLORS", "MODE_MARKERS",
+           "OP_COLORS", "OP_LABELS", "OTHER_COLOR", "bytes_axis", "bytes_formatter", "categorical_ticks", "human_bytes",
            "legend_hook", "op_color", "op_legend", "percent_axis"]
 
 #: Colour per op kind (``gnnpipe.core.timeline.KINDS``). ``idle`` is the lane background: gaps between
@@ -44,6 +44,22 @@ COMM_KIND_COLORS: dict[str, str] = {
     "eval": "#eeca3b",
     "allreduce": "#b279a2",
     "control": "#9d755d",
+}
+#: Colour per training mode (``gnnpipe.core.kinds.Mode``), for the plan card's candidates.
+MODE_COLORS: dict[str, str] = {
+    "single": "#9d755d",
+    "local": "#f58518",
+    "pipeline": "#4c78a8",
+    "graph": "#54a24b",
+    "hybrid": "#b279a2",
+}
+#: Bokeh marker per training mode, so modes stay apart without colour too.
+MODE_MARKERS: dict[str, str] = {
+    "single": "square",
+    "local": "diamond",
+    "pipeline": "circle",
+    "graph": "triangle",
+    "hybrid": "inverted_triangle",
 }
 #: Colour of anything not in the tables above.
 OTHER_COLOR = "#7f7f7f"

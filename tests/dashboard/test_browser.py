@@ -1,6 +1,6 @@
 """The dashboard served for a live pipeline run, opened in a real headless Chromium: a small
 graph, and a 50,000-node one (every card draws, updates arrive, no error in the browser console
-or the server log, a closing tab is silent)."""
+or the server log, a closing tab is silent); and the Plan card of a run trained from a plan."""
 
 from __future__ import annotations
 
@@ -14,12 +14,34 @@ import pytest
 import gnnpipe as gp
 from dashboard.app import Dashboard
 from dashboard.page import CURVE_POINTS, FIGURE_IDS, TITLES
+from dashboard.views.plan import PLAN_TITLE
 
 VIEWS = ["Training", "Stage timeline", "Ranks", "Communication", "Partitions",
          "Schedule explorer"]
 #: Canvases when every card drew: 3 training, 1 timeline, 2 ranks, 4 communication,
 #: 4 partitions, 1 explorer (bokeh draws each plot on at least one canvas).
 MIN_CANVASES = 15
+
+#: The figure titled ``title`` as drawn: its canvas's width, its plot area's left and right
+#: edges, and the width its title's text takes in its font (null until it is drawn).
+PLAN_FIGURE = """(title) => {
+  const found = [];
+  const walk = (v) => {
+    if (!v) return;
+    const m = v.model;
+    if (m && m.type === 'Figure' && m.title && m.title.text === title) found.push(v);
+    for (const c of (v.child_views || [])) walk(c);
+  };
+  const roots = Bokeh.index.values ? [...Bokeh.index.values()] : Object.values(Bokeh.index);
+  roots.forEach(walk);
+  if (!found.length || !found[0].canvas_view) return null;
+  const v = found[0], t = v.model.title;
+  const ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = `${t.text_font_style} ${t.text_font_size} ${t.text_font}`;
+  return {canvas: v.canvas_view.el.getBoundingClientRect().width,
+          frame: [v.frame.bbox.left, v.frame.bbox.right], title_px: ctx.measureText(t.text).width};
+}"""
+
 
 def _title_starting(page, prefix: str) -> str:
     return next((t for t in page.evaluate(TITLES) if t.startswith(prefix)), "")
@@ -180,3 +202,34 @@ def test_explorer_alone_in_chromium(browser):
         assert page.locator("canvas").count() >= 1
     finally:
         server.stop()
+
+
+def test_plan_card_in_chromium(browser):
+    """A run trained from ``gp.plan`` shows the Plan card: its plot drawn on a canvas at least
+    600 px wide at a notebook cell's width, its title within the plot area."""
+    from gnnpipe.plan import profile_model
+
+    data = gp.datasets.synthetic(num_nodes=2000, avg_degree=8, num_classes=4, num_features=16,
+                                 seed=0)
+    model = gp.models.gcnii(16, hidden=16, out_dim=4, layers=4)
+    plan = gp.plan(model, data, workers=2, modes=["pipeline"],
+                   profile=profile_model(model, data, chunks=4, repeats=1))
+    run = gp.train(model, data, "local", plan=plan, epochs=3, progress=False)
+    server, url = Dashboard(run).serve()
+    console: list[str] = []
+    try:
+        page = browser.new_page(viewport={"width": 1000, "height": 800})
+        page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+        page.goto(url, wait_until="networkidle", timeout=120_000)
+        page.get_by_text("Plan", exact=True).first.wait_for(timeout=90_000)
+        page.wait_for_function(f"(t) => {{ const f = ({PLAN_FIGURE})(t); "
+                               "return f !== null && f.canvas > 0; }", arg=PLAN_TITLE,
+                               timeout=90_000)
+        figure = page.evaluate(PLAN_FIGURE, PLAN_TITLE)
+    finally:
+        _close_pages(browser)
+        server.stop()
+    assert figure["canvas"] >= 600, figure
+    left, right = figure["frame"]
+    assert figure["title_px"] <= right - left, figure  # the title fits above the plot area
+    assert not console, f"browser console errors: {console[:5]}"
