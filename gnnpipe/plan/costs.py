@@ -70,9 +70,10 @@ def _param_bytes(blocks: Sequence[BlockCost]) -> int:
 
 
 def single_epoch(profile: Profile) -> float:
-    """Seconds of a ``single`` epoch: every row through every block as one chunk, one step."""
+    """Seconds of a ``single`` epoch: every row through every block as one chunk, one step (in
+    one process with a worker's threads, alone on its host)."""
     n = profile.num_nodes
-    return sum(c.seconds(n, 1) for c in profile.blocks)
+    return profile.slowdown(1) * sum(c.seconds(n, 1) for c in profile.blocks)
 
 
 def _staged_costs(profile: Profile, layout: Layout, ranges: Sequence[tuple[int, int]],
@@ -81,12 +82,13 @@ def _staged_costs(profile: Profile, layout: Layout, ranges: Sequence[tuple[int, 
     ``exchange``: bytes per chunk step each hybrid stage sends the other ways (None: none)."""
     rows = profile.num_nodes / layout.chunks
     wire = layout.wire_dtype.itemsize / 4
+    slow = profile.slowdown(layout.workers)
     costs: dict[tuple[str, int], float] = {}
     for s, (a, b) in enumerate(ranges):
         blocks = profile.blocks[a:b]
-        costs["forward", s] = _forward(blocks, rows)
-        costs["backward", s] = _backward(blocks, rows, layout.recompute)
-        costs["step", s] = sum(c.step_s for c in blocks)
+        costs["forward", s] = slow * _forward(blocks, rows)
+        costs["backward", s] = slow * _backward(blocks, rows, layout.recompute)
+        costs["step", s] = slow * sum(c.step_s for c in blocks)
         if exchange is not None and layout.ways > 1:
             calls = sum(c.aggregates for c in blocks)
             swap = net.seconds(exchange[s] / 2, 2 * (layout.ways - 1) * calls)
@@ -128,9 +130,10 @@ def graph_epoch(profile: Profile, shards: Sequence[Shard], net: Network) -> floa
     blocks = profile.blocks
     calls = sum(c.aggregates for c in blocks)
     peers = len(shards) - 1
-    slowest = max(_forward(blocks, s.rows) + _backward(blocks, s.rows, False)
+    slow = profile.slowdown(len(shards))
+    slowest = max(slow * (_forward(blocks, s.rows) + _backward(blocks, s.rows, False))
                   + net.seconds(s.sent_bytes, 2 * calls * peers) for s in shards)
-    step = sum(c.step_s for c in blocks)
+    step = slow * sum(c.step_s for c in blocks)
     return slowest + step + net.seconds(2 * _param_bytes(blocks) * peers / max(len(shards), 1))
 
 

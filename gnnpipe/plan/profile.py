@@ -15,6 +15,8 @@ import copy
 import dataclasses
 import itertools
 import math
+import os
+import socket
 import statistics
 import time
 from collections.abc import Sequence
@@ -109,6 +111,21 @@ class Profile:
     chunk_counts: tuple[int, int]
     boundary_bytes: tuple[int, ...]
     seconds: float = 0.0
+    #: Workers that profiled at once on one host of ``cores`` cores, ``threads`` torch threads
+    #: each (``cores`` 0: on hosts of their own, or in one process).
+    concurrent: int = 1
+    cores: int = 0
+    threads: int = 1
+
+    def slowdown(self, workers: int) -> float:
+        """How much slower (or, below 1, faster) an op runs on one of ``workers`` ranks on the
+        profile's host than it ran profiled: ranks share its cores (``workers × threads /
+        cores`` when above 1), as the profiled workers did."""
+        if not self.cores:
+            return 1.0
+        def load(k: int) -> float:
+            return max(1.0, k * self.threads / self.cores)
+        return load(workers) / load(self.concurrent)
 
     @property
     def chunk_overhead(self) -> float:
@@ -343,6 +360,13 @@ def _per_row_and_chunk(total: float, tiny: float, chunks: int,
     return per_row, per_chunk
 
 
+def _shared_cores(client: Any, addresses: Sequence[str]) -> int:
+    """The cores of the one host all ``addresses`` run on (0 if they run on several)."""
+    hosts = client.run(lambda: (socket.gethostname(), os.cpu_count() or 1), workers=addresses)
+    found = set(hosts.values())
+    return next(iter(found))[1] if len(found) == 1 else 0
+
+
 def check_inputs(model: LayerStack, data: Data) -> Data:
     """The graph ready (a Dataset's graph, masks from a stored ``split_idx``) and fitting the
     model, with float32 features: :func:`gnnpipe.datasets.fit.model_graph`."""
@@ -372,7 +396,10 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
                                  threads=handle.threads_per_worker, workers=[w],
                                  allow_other_workers=False, pure=False, **kwargs)
                    for w, blocks in zip(addresses, stage_ranges(len(model), workers))]
-        return Profile.join(client.gather(futures))
+        joined = Profile.join(client.gather(futures))
+        return dataclasses.replace(joined, concurrent=workers,
+                                   cores=_shared_cores(client, addresses[:workers]),
+                                   threads=handle.threads_per_worker)
     finally:
         if owned:
             handle.close()

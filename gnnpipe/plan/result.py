@@ -207,4 +207,6 @@ def _profile_dict(profile: Profile) -> dict[str, Any]:
 def _profile_of(raw: dict[str, Any]) -> Profile:
     return Profile(blocks=tuple(BlockCost(**b) for b in raw["blocks"]),
                    num_nodes=raw["num_nodes"], chunk_counts=tuple(raw["chunk_counts"]),
-                   boundary_bytes=tuple(raw["boundary_bytes"]), seconds=raw["seconds"])
+                   boundary_bytes=tuple(raw["boundary_bytes"]), seconds=raw["seconds"],
+                   concurrent=raw.get("concurrent", 1), cores=raw.get("cores", 0),
+                   threads=raw.get("threads", 1))
