@@ -203,7 +203,10 @@ class Dashboard(param.Parameterized):
             "the measured epoch. The What if card replays every op's own measured cost.",
             sizing_mode="stretch_width"), ScheduleExplorer.for_run(run).panel(),
             title="Schedule explorer")
-        whatif = pn.Card(whatif_panel(session.timeline()), title="What if", collapsed=True)
+        # the schedule the run's ops followed (a trace file without its job: gnnpipe's)
+        own = "gnnpipe" if self.source.config is None else self.source.config.schedule.value
+        whatif = pn.Card(whatif_panel(session.timeline(), own=own), title="What if",
+                         collapsed=True)
         history, timeline = session.history(), session.timeline()
         config = self.source.config
         header = pn.pane.Markdown(self._header(history), name="header")
@@ -287,7 +290,7 @@ class Dashboard(param.Parameterized):
                 kinds.update(comm)
                 ranks.update(tl, session.memory())
             if session.final is not None:  # the run ended: this was the last update
-                whatif.objects = [whatif_panel(tl)]  # built from the whole run's timeline
+                whatif.objects = [whatif_panel(tl, own=own)]  # from the whole run's timeline
                 periodic[0].stop()
 
         layout = pn.Column(header, *cards, sizing_mode="stretch_width")

@@ -349,6 +349,18 @@ def test_train_refuses_arguments_a_plan_sets_otherwise(model, small_graph, profi
         gp.train(model, small_graph, plan={"mode": "graph"}, epochs=1)
 
 
+def test_a_candidate_of_the_table_is_a_plan_of_its_own(model, small_graph, plan):
+    table = plan.table()
+    assert plan.candidate(0).layout == plan.layout
+    runner_up = plan.candidate(1)
+    assert runner_up.layout.describe() == table["layout"].iloc[1]
+    assert runner_up.epoch_time == table["epoch_time"].iloc[1]
+    assert max(runner_up.peak_bytes) == table["peak_bytes"].iloc[1]
+    run = gp.train(copy.deepcopy(model), small_graph, plan=plan.candidate(
+        int(table.index[table["mode"] == "single"][0])), epochs=1, progress=False)
+    assert run.config.mode is Mode.SINGLE
+
+
 def test_a_plan_round_trips_through_json(plan, tmp_path):
     back = Plan.from_json(plan.to_json(tmp_path / "plan.json"))
     assert back.layout == plan.layout and back.epoch_time == plan.epoch_time

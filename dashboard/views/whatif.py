@@ -33,20 +33,22 @@ def whatif_plot(table: pd.DataFrame) -> hv.Overlay:
 
 
 def whatif_panel(timeline: Timeline, names: Iterable[str] | None = None,
-                 chunk_counts: Iterable[int] | None = None) -> pn.viewable.Viewable:
+                 chunk_counts: Iterable[int] | None = None,
+                 own: str = "gnnpipe") -> pn.viewable.Viewable:
     """Table and plot of :func:`gnnpipe.analysis.whatif.what_if`, and the run's last epoch drawn above
-    the epoch its own costs predict; a message for timelines without per-chunk ops."""
+    the epoch its own costs predict under its own schedule ``own`` (``gnnpipe`` or ``1f1b``); a
+    message for timelines without per-chunk ops."""
     try:
         if names is None:
-            table = what_if(timeline, chunk_counts=chunk_counts)
+            table = what_if(timeline, chunk_counts=chunk_counts, own=own)
         else:
-            table = what_if(timeline, list(names), chunk_counts=chunk_counts)
+            table = what_if(timeline, list(names), chunk_counts=chunk_counts, own=own)
     except ValueError as error:
         return pn.pane.Markdown(f"What if needs a pipeline run's per-chunk ops ({error}).")
     costs = costs_from(timeline)
     epochs = timeline_epochs(timeline)
     shown = select_epoch(timeline, epochs[-1]).training()
-    predicted = predict(costs, build("gnnpipe", costs.stages, costs.chunks, step=True))
+    predicted = predict(costs, build(own, costs.stages, costs.chunks, step=True))
     span = max(shown.makespan(), predicted.makespan())
     lanes = [timeline_plot(tl, title=title).opts(xlim=(0, span)) for tl, title in (
         (shown, f"measured, epoch {epochs[-1]}"), (predicted, "predicted from its own op costs"))]

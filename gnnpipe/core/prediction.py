@@ -13,7 +13,7 @@ __all__ = ["CANDIDATE_COLUMNS", "Prediction"]
 #: The columns of a plan's candidate table (``plan.table()``), in this order.
 CANDIDATE_COLUMNS = ("layout", "mode", "stages", "ways", "parts", "chunks", "ranges", "schedule",
                      "recompute", "history_dtype", "wire_dtype", "workers", "epoch_time",
-                     "peak_bytes", "comm_bytes", "fits", "chosen", "reason")
+                     "peak_bytes", "rank_peak_bytes", "comm_bytes", "fits", "chosen", "reason")
 
 
 @dataclass(frozen=True, eq=False)

@@ -209,6 +209,7 @@ def _rank(weighed: list[Candidate], compact: bool | None) -> tuple[Candidate, pd
             "schedule": lay.schedule.value, "recompute": lay.recompute,
             "history_dtype": lay.history_dtype.value, "wire_dtype": lay.wire_dtype.value,
             "workers": lay.workers, "epoch_time": c.epoch_time, "peak_bytes": max(c.peak_bytes),
+            "rank_peak_bytes": list(c.peak_bytes),
             "comm_bytes": c.comm_bytes, "fits": c.fits, "chosen": c is chosen,
             "reason": _reason(c, chosen, float32_fits, compact)})
     return chosen, pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))

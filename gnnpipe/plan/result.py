@@ -111,6 +111,21 @@ class Plan:
         limit, which one was ``chosen`` and the ``reason`` each other one lost."""
         return self.candidates.copy()
 
+    def candidate(self, index: int) -> Plan:
+        """The plan of row ``index`` of :meth:`table` (0 is this plan's own layout): to train
+        the runner-up, ``gp.train(model, data, plan=plan.candidate(1))``."""
+        row = self.candidates.iloc[index]
+        layout = Layout.from_dict({k: row[k] for k in (
+            "mode", "stages", "ways", "parts", "chunks", "ranges", "recompute", "history_dtype",
+            "wire_dtype", "schedule")})
+        timeline = (staged_timeline(self.profile, layout, layout.ranges,
+                                    Network(self.bandwidth, self.latency))
+                    if layout.mode.staged else Timeline())
+        return dataclasses.replace(
+            self, layout=layout, epoch_time=float(row["epoch_time"]),
+            peak_bytes=tuple(int(b) for b in row["rank_peak_bytes"]),
+            comm_bytes=int(row["comm_bytes"]), stage_times=(), timeline=timeline)
+
     def stages_table(self) -> pd.DataFrame:
         """One row per stage (or rank): blocks, GNN layers, predicted busy seconds, memory."""
         times = self.stage_times or (self.epoch_time,) * len(self.ranges)

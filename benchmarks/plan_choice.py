@@ -1,0 +1,258 @@
+"""Does ``gp.plan`` pick the layout that measures fastest, and do its predictions hold?
+(issue #25)
+
+For each case of the grid — a model, a graph, ``N`` workers and optionally a memory cap — a
+fresh child process starts an ``N``-worker Dask cluster (the workers' Dask ``memory_limit`` is
+the cap, if any), plans (timed, profile included: with ``cluster=`` the training cluster for
+even cases, without for odd ones, so the profile runs on workers started for it), then trains
+the best candidate of every mode and the next three overall (those that fit the cap), each for
+``--epochs`` epochs (the first untimed), and records per layout its predicted and measured epoch
+(median), peak memory per rank (the largest) and bytes per epoch. ``single`` trains in the child
+with one torch thread, like a worker.
+
+Per case: the planner's pick, the measured best, the regret (measured epoch of the pick ÷ the
+measured best's), and the error of every trained layout's prediction (predicted ÷ measured − 1)
+by mode; planning time against ten epochs of the pick. Every process uses the lean allocator
+(``GNNPIPE_ALLOCATOR=lean``: freed tensors go back to the OS), whose resident peak is what a run
+needs — what the memory model predicts — and which profile and runs alike pay for in time.
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/plan_choice.py            # the grid (~40 min)
+    .venv/bin/python benchmarks/plan_choice.py --case gcnii16-wide  # one case
+    .venv/bin/python benchmarks/plan_choice.py --quick    # smoke test, writes nothing
+
+Writes ``benchmarks/results/plan_choice.{json,md}``; a journal keeps finished cases, so a
+stopped run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from _common import (
+    add_output_args,
+    environment,
+    finish,
+    output_dir,
+    payload,
+    resume_journal,
+    run_child,
+    serve_child,
+    write_results,
+)
+
+#: name -> (model family, layers, hidden, graph, workers, cap as a share of single's estimate)
+CASES: dict[str, tuple[str, int, int, str, int, float | None]] = {
+    "gcnii16-wide": ("gcnii", 16, 64, "syn20k-f2000", 2, None),
+    "gcnii32-50k-w2": ("gcnii", 32, 64, "syn50k", 2, None),
+    "gcnii32-50k-w4": ("gcnii", 32, 64, "syn50k", 4, None),
+    "gcn4-h256": ("gcn", 4, 256, "syn50k", 2, None),
+    "gcn64-h16-sparse": ("gcn", 64, 16, "syn30k-d4", 4, None),
+    "sage8-h128-dense": ("sage", 8, 128, "syn20k-d40", 2, None),
+    "gcnii32-facebook": ("gcnii", 32, 64, "facebook", 2, None),
+    "gcnii16-h128-facebook-w4": ("gcnii", 16, 128, "facebook", 4, None),
+    "gcnii32-100k-capped": ("gcnii", 32, 64, "syn100k", 2, 0.6),
+    "gcn16-50k-dense-capped": ("gcn", 16, 64, "syn50k-d20", 4, 0.45),
+    "gat8-20k": ("gat", 8, 64, "syn20k", 2, None),
+    "gcnii64-h32-w4": ("gcnii", 64, 32, "syn50k", 4, None),
+}
+QUICK = {"quick": ("gcnii", 4, 16, "syn3k", 2, None)}
+
+
+def _graph(spec: str) -> Any:
+    """``facebook`` or ``synNk[-fF][-dD]``: a planted-partition graph of N thousand nodes, F
+    features (64) and average degree D (10)."""
+    import gnnpipe as gp
+
+    if spec == "facebook":
+        return gp.datasets.load("facebook")
+    parts = spec.split("-")
+    options = {p[0]: int(p[1:]) for p in parts[1:]}
+    return gp.datasets.synthetic(num_nodes=int(parts[0][3:-1]) * 1000,
+                                 avg_degree=options.get("d", 10), num_classes=8,
+                                 num_features=options.get("f", 64), seed=0)
+
+
+def _model(family: str, layers: int, hidden: int, data: Any) -> Any:
+    import torch
+    from torch_geometric.nn.models import GAT
+
+    import gnnpipe as gp
+
+    torch.manual_seed(0)
+    classes = int(data.y.max()) + 1
+    if family == "gat":  # no dropout inside the layers: graph parallelism refuses it
+        return GAT(data.num_features, hidden, num_layers=layers, out_channels=classes, heads=2,
+                   dropout=0.0)
+    extra = {"alpha": 0.1, "theta": 0.5} if family == "gcnii" else {}
+    return gp.models.build(family, data.num_features, classes, layers, hidden, **extra)
+
+
+def _to_train(table: Any) -> list[int]:
+    """Rows of the plan's table to train: the best fitting one of every mode and the next three
+    fitting ones overall, in the table's order (the pick first)."""
+    fitting = table[table["fits"]]
+    chosen = list(fitting.index[:4])
+    for _, group in fitting.groupby("mode", sort=False):
+        chosen.append(group.index[0])
+    return sorted(set(chosen))
+
+
+def _measure(plan: Any, index: int, model: Any, data: Any, cluster: Any,
+             epochs: int) -> dict[str, Any]:
+    """Train row ``index`` of the plan's table; its predicted and measured figures."""
+    import copy
+
+    import torch
+
+    import gnnpipe as gp
+
+    candidate = plan.candidate(index)
+    torch.set_num_threads(1)
+    run = gp.train(copy.deepcopy(model), data, plan=candidate, epochs=epochs,
+                   eval_every=epochs + 10, cluster=cluster, progress=False, timeout=600.0)
+    times = run.history["epoch_time"].tolist()[1:]
+    return {"row": int(index), "layout": candidate.layout.describe(),
+            "mode": candidate.mode.value, "predicted_s": candidate.epoch_time,
+            "measured_s": statistics.median(times),
+            "predicted_peak": int(max(candidate.peak_bytes)),
+            "measured_peak": int(run.memory()["peak_bytes"].max()),
+            "predicted_bytes": int(candidate.comm_bytes),
+            "measured_bytes": int(run.history["comm_bytes"].iloc[-1])}
+
+
+def child(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One case in this fresh process (the lean allocator in it and in its workers)."""
+    import torch
+
+    import gnnpipe as gp
+
+    torch.set_num_threads(1)
+    family, layers, hidden, graph, workers, cap_share = cfg["case"]
+    data = _graph(graph)
+    model = _model(family, layers, hidden, data)
+    cap = None
+    if cap_share is not None:
+        single = gp.estimate_memory(model, data, "single")["peak_bytes"].max()
+        cap = int(cap_share * single)
+    limit = {} if cap is None else {"memory_limit": cap}
+    with gp.Cluster(n_workers=workers, **limit) as cluster:
+        began = time.perf_counter()
+        plan = gp.plan(model, data, workers=workers, cluster=cluster if cfg["with_cluster"]
+                       else None, **limit)
+        planning_s = time.perf_counter() - began
+        table = plan.table()
+        runs = [_measure(plan, i, model, data, cluster, cfg["epochs"]) for i in _to_train(table)]
+    return {**cfg, "nodes": data.num_nodes, "cap": cap, "planning_s": planning_s,
+            "profile_s": plan.profile.seconds, "pick": plan.layout.describe(),
+            "table": table.drop(columns=["ranges", "rank_peak_bytes"]).to_dict("records"),
+            "runs": runs}
+
+
+def _environ() -> dict[str, str]:
+    from gnnpipe.runtime.workerenv import Allocator
+
+    return {**Allocator("lean").environ(), "GNNPIPE_ALLOCATOR": "lean"}
+
+
+def _summary(result: dict[str, Any]) -> dict[str, Any]:
+    """One case's pick, measured best, regret and planning cost."""
+    runs = result["runs"]
+    best = min(runs, key=lambda r: r["measured_s"])
+    pick = next(r for r in runs if r["layout"] == result["pick"])
+    return {"case": result["name"], "workers": result["case"][4],
+            "cap": result["cap"], "profile": "cluster=" if result["with_cluster"] else "own",
+            "pick": pick["layout"], "pick_s": pick["measured_s"],
+            "best": best["layout"], "best_s": best["measured_s"],
+            "regret": pick["measured_s"] / best["measured_s"],
+            "planning_s": result["planning_s"],
+            "planning_epochs": result["planning_s"] / pick["measured_s"],
+            "pick_fits_cap": result["cap"] is None or pick["measured_peak"] <= result["cap"]}
+
+
+def markdown(results: list[dict[str, Any]], env: dict[str, Any]) -> str:
+    import pandas as pd
+
+    summary = pd.DataFrame([_summary(r) for r in results])
+    runs = pd.DataFrame([{"case": r["name"], "profile": "cluster=" if r["with_cluster"] else "own",
+                          **x} for r in results for x in r["runs"]])
+    runs["epoch_error"] = runs["predicted_s"] / runs["measured_s"] - 1
+    runs["memory_error"] = runs["predicted_peak"] / runs["measured_peak"] - 1
+    by_mode = runs.groupby("mode").agg(
+        layouts=("layout", "size"), median_epoch_error=("epoch_error", "median"),
+        median_abs_epoch_error=("epoch_error", lambda e: e.abs().median()),
+        median_abs_memory_error=("memory_error", lambda e: e.abs().median()))
+    by_profile = runs.groupby(["profile", "mode"]).agg(
+        median_abs_epoch_error=("epoch_error", lambda e: e.abs().median()))
+    within = (summary["regret"] <= 1.10).mean()
+    lines = [
+        "# gp.plan's pick against the measured fastest layout", "",
+        (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs, shared; "
+         f"load {env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at end) · "
+         f"1 torch thread per process · the lean allocator · {results[0]['epochs']} epochs per "
+         f"layout, the first untimed · wall {env['wall_s'] / 60:.0f} min"), "",
+        f"Pick within 10% of the measured best in **{within:.0%}** of {len(summary)} cases; "
+        f"picks over a memory cap: {int((~summary['pick_fits_cap']).sum())}.", "",
+        summary.to_markdown(index=False, floatfmt=".3g"), "",
+        "## Prediction error by mode (predicted ÷ measured − 1, over the layouts trained)", "",
+        by_mode.to_markdown(floatfmt=".3f"), "",
+        by_profile.to_markdown(floatfmt=".3f"), "",
+        "## Every layout trained", "",
+        runs[["case", "layout", "predicted_s", "measured_s", "epoch_error", "predicted_peak",
+              "measured_peak", "memory_error", "predicted_bytes", "measured_bytes"]]
+        .to_markdown(index=False, floatfmt=".3g"), "",
+        ("Regret: measured epoch of the pick ÷ the fastest measured among the layouts trained "
+         "(the best of every mode and the next three overall). planning_epochs: planning "
+         "seconds (profile included) ÷ the pick's measured epoch. Peaks are the largest rank's."),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_output_args(ap, child=True)
+    ap.add_argument("--case", action="append", help="run only these cases")
+    ap.add_argument("--epochs", type=int, default=5)
+    args = ap.parse_args()
+    if serve_child(args, child):
+        return
+    cases = QUICK if args.quick else {k: v for k, v in CASES.items()
+                                      if not args.case or k in args.case}
+    out = output_dir(args)
+    jobs = [(name, i) for i, name in enumerate(cases)]
+    journal, done, todo = resume_journal(out, "plan_choice", jobs, ("name",))
+    env, start = environment(), time.perf_counter()
+    results = list(done)
+    for name, i in todo:
+        cfg = {"name": name, "case": cases[name], "with_cluster": i % 2 == 0,
+               "epochs": 3 if args.quick else args.epochs}
+        result = run_child(__file__, cfg, env=_environ())
+        results.append(result)
+        row = _summary(result)
+        print(f"{name}: pick {row['pick']} ({row['pick_s']:.3f} s), best {row['best']} "
+              f"({row['best_s']:.3f} s), regret {row['regret']:.2f}, planning "
+              f"{row['planning_s']:.0f} s = {row['planning_epochs']:.1f} epochs", flush=True)
+        if journal is not None:
+            import json
+
+            with journal.open("a") as f:
+                f.write(json.dumps(result, default=str) + "\n")
+    finish(env, start)
+    text = markdown(results, env)
+    print(text)
+    if out is not None:
+        order = list(cases)
+        results.sort(key=lambda r: order.index(r["name"]) if r["name"] in order else len(order))
+        import pandas as pd
+
+        summary = pd.DataFrame([_summary(r) for r in results])
+        write_results(out, "plan_choice", payload(env, summary, results, args), text,
+                      default=str)
+
+
+if __name__ == "__main__":
+    main()
