@@ -165,12 +165,17 @@ def test_profile_shapes_and_positive_numbers(model, profile):
 
 def test_per_row_and_per_chunk_costs_solve_the_two_op_sizes():
     """``t = rows·a + b``: 4 ops over 968 rows and one of 32 rows give ``a`` and ``b`` back."""
-    from gnnpipe.plan.profile import _per_row_and_chunk, tiny_rows
+    from gnnpipe.plan.bench import bench_bounds, tiny_rows
+    from gnnpipe.plan.profile import _per_row_and_chunk
 
     a, b = 2e-6, 3e-4
     assert tiny_rows(1000) == 32 and tiny_rows(60) == 3
     total, tiny = 968 * a + 4 * b, 32 * a + b
-    assert _per_row_and_chunk(total, tiny, 4, 1000) == pytest.approx((a, b))
+    assert _per_row_and_chunk(total, tiny, 4, 968, 32) == pytest.approx((a, b))
+    # 8 chunks: the first four merged into one, 32 rows carved off the last
+    assert bench_bounds([0, 10, 20, 30, 40, 50, 60, 70, 80], 1000) == (
+        [0, 40, 50, 60, 70, 80 - 32, 80], 4)
+    assert bench_bounds([0, 500, 1000], 1000) == ([0, 500, 1000 - 32, 1000], 0)
 
 
 def test_profiling_leaves_the_model_untouched(model, small_graph):

@@ -73,7 +73,7 @@ def single_epoch(profile: Profile) -> float:
     """Seconds of a ``single`` epoch: every row through every block as one chunk, one step (in
     one process with a worker's threads, alone on its host)."""
     n = profile.num_nodes
-    return profile.slowdown(1) * sum(c.seconds(n, 1) for c in profile.blocks)
+    return profile.slowdown(1) * sum(c.exact_seconds(n) + c.step_s for c in profile.blocks)
 
 
 def _staged_costs(profile: Profile, layout: Layout, ranges: Sequence[tuple[int, int]],
@@ -131,7 +131,7 @@ def graph_epoch(profile: Profile, shards: Sequence[Shard], net: Network) -> floa
     calls = sum(c.aggregates for c in blocks)
     peers = len(shards) - 1
     slow = profile.slowdown(len(shards))
-    slowest = max(slow * (_forward(blocks, s.rows) + _backward(blocks, s.rows, False))
+    slowest = max(slow * sum(c.exact_seconds(s.rows) for c in blocks)
                   + net.seconds(s.sent_bytes, 2 * calls * peers) for s in shards)
     step = slow * sum(c.step_s for c in blocks)
     return slowest + step + net.seconds(2 * _param_bytes(blocks) * peers / max(len(shards), 1))

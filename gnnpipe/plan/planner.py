@@ -80,7 +80,8 @@ def _check(model: LayerStack, data: Data, workers: Any, chunks: Any, latency: An
         top = check.positive_int("chunks", chunks)
         if top > n:
             raise ValueError(f"chunks: expected at most {n} (the graph's nodes), got {chunks!r}")
-    check.nonnegative_float("latency", latency)
+    if latency is not None:
+        check.nonnegative_float("latency", latency)
     check.integer("seed", seed, 0)
     check.positive_int("repeats", repeats)
     if compact not in (None, True, False):
@@ -112,7 +113,7 @@ def _workers(candidates: Sequence[Layout]) -> int:
 def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str | None = None,
          bandwidth: float | str | None = None, *, modes: Any = None, chunks: int | None = None,
          compact: bool | None = None, schedules: Any = None, profile: Profile | None = None,
-         cluster: Any = None, latency: float = DEFAULT_LATENCY, seed: int = 0,
+         cluster: Any = None, latency: float | None = None, seed: int = 0,
          repeats: int = 2) -> Plan:
     """How to run ``model`` on ``data`` with ``workers`` Dask workers: the fastest predicted
     layout that fits ``memory_limit``, among every mode, shape, split, chunk count and memory
@@ -135,7 +136,8 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         workers: the Dask workers available (a layout may use fewer).
         memory_limit: bytes a rank may hold (``"8GB"``, ``"512MiB"``); a limit no layout meets is
             refused from the memory model before anything is profiled. (default: none)
-        bandwidth: bytes/s between workers (``"1GB/s"``). (default: 1 GB/s)
+        bandwidth: bytes/s between workers (``"1GB/s"``). (default: what the profile measured
+            between two workers, else 1 GB/s)
         modes: the modes to weigh, some of ``single``, ``pipeline``, ``graph``, ``hybrid``.
             (default: all)
         chunks: the most chunks a staged layout may have. (default: what the profile measured,
@@ -151,7 +153,8 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
             or scheduler address), each timing one stage's share of the blocks at once, as the
             ranks will run. (default: workers started for the profile as ``gp.train`` starts
             its ranks, closed afterwards)
-        latency: seconds per message besides its bytes.
+        latency: seconds a message costs besides its bytes. (default: what the profile measured,
+            else :data:`~gnnpipe.plan.costs.DEFAULT_LATENCY`)
         seed: seeds chunkings and partitions (as ``gp.train``'s ``seed``).
         repeats: profiled epochs (medians), after one untimed epoch.
 
@@ -163,7 +166,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
     data = check_inputs(model, data)
     top = _check(model, data, workers, chunks, latency, seed, repeats, profile, compact)
     limit = None if memory_limit is None else parse_bytes(memory_limit, "memory_limit")
-    net = Network(parse_bandwidth(bandwidth), latency)
+    given = Network(parse_bandwidth(bandwidth), DEFAULT_LATENCY if latency is None else latency)
     candidates = [c for c in layouts(workers, len(model), _modes(modes), compact,
                                       _schedules(schedules))
                   if limit is not None or compact or not (c.recompute or c.compact)]
@@ -173,11 +176,16 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
     max_chunks = min(top or MAX_CHUNKS, high)
     memory = MemoryModel(model, data, seed)
     if limit is not None:
-        _refuse(Search(model, data, _NO_PROFILE, memory, net, limit, max_chunks), candidates,
+        _refuse(Search(model, data, _NO_PROFILE, memory, given, limit, max_chunks), candidates,
                 limit)
     if profile is None:
+        # under a limit, one chunk at a time: a fill-drain slice may not fit the workers
         profile = profile_on_workers(cluster, slices, model, data, 4 * slices, repeats=repeats,
-                                     seed=seed)
+                                     seed=seed, lean=limit is not None)
+    net = Network(given.bandwidth if bandwidth is not None or not profile.bandwidth
+                  else profile.bandwidth,
+                  given.latency if latency is not None or not profile.latency
+                  else profile.latency)
     search = Search(model, data, profile, memory, net, limit, max_chunks)
     weighed = [search.evaluate(layout) for layout in candidates]
     chosen, table = _rank(weighed, compact)

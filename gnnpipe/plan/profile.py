@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import math
 import os
 import socket
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,21 +23,15 @@ from typing import Any
 
 import pandas as pd
 import torch
-from torch import Tensor
 from torch_geometric.data import Data
 
-from gnnpipe.core.techniques import Techniques
 from gnnpipe.datasets.fit import model_graph
-from gnnpipe.engine.chunked import StageExecutor, chunk_order
-from gnnpipe.engine.driver import drive
-from gnnpipe.engine.graph import chunk_rows, normalized_adjacency
 from gnnpipe.nn import LayerStack, check_stack
-from gnnpipe.partition import chunk as make_chunks
+from gnnpipe.plan.bench import SliceBench, medians, tiny_rows
 from gnnpipe.pyg import as_stack
 
 __all__ = [
     "BYTES_PER_VALUE",
-    "TINY_ROWS",
     "WORKER_WARMUP",
     "BlockCost",
     "Profile",
@@ -47,7 +39,6 @@ __all__ = [
     "profile_counts",
     "profile_model",
     "profile_on_workers",
-    "tiny_rows",
 ]
 
 BYTES_PER_VALUE = 4  # fp32
@@ -55,12 +46,6 @@ BYTES_PER_VALUE = 4  # fp32
 #: slower than its steady ones (measured 3×: its heap and allocator thresholds still growing),
 #: and a fresh one would otherwise predict a slower pipeline than it is.
 WORKER_WARMUP = 1
-#: Rows of the small chunk the profile carves off its last chunk: its ops cost what every
-#: chunk op costs whatever its rows, so one chunking gives both a block's seconds per row and
-#: per chunk op.
-TINY_ROWS = 32
-
-
 @dataclass(frozen=True)
 class BlockCost:
     """Measured costs of one block.
@@ -70,7 +55,10 @@ class BlockCost:
     ``activation_bytes`` are kept per row from a chunk's forward to its backward,
     ``buffer_bytes`` held per graph row with the default techniques (``Hbuf``, its snapshot and
     ``dZbuf``; with every technique on ``dZbuf`` lives in ``Hbuf``, a third less);
-    (``optimizer_bytes``) is twice ``param_bytes``.
+    (``optimizer_bytes``) is twice ``param_bytes``. ``exact_forward_s``/``exact_backward_s``
+    are seconds per row when half the graph goes at once (the work of ``single`` and of a
+    graph-parallel rank, slower per row than a chunk's once the rows outgrow the caches); 0
+    where not measured.
     """
 
     index: int
@@ -86,6 +74,14 @@ class BlockCost:
     buffer_bytes: float
     param_bytes: int
     optimizer_bytes: int
+    exact_forward_s: float = 0.0
+    exact_backward_s: float = 0.0
+
+    def exact_seconds(self, rows: float) -> float:
+        """Seconds per epoch with ``rows`` rows in one op each way (``single``, a graph rank)."""
+        forward = self.exact_forward_s or self.forward_s
+        backward = self.exact_backward_s or self.backward_s
+        return rows * (forward + backward) + self.forward_fixed_s + self.backward_fixed_s
 
     def seconds(self, num_nodes: int, chunks: int) -> float:
         """Compute seconds per epoch: every row forward and backward, ``chunks`` ops, one step."""
@@ -104,7 +100,7 @@ class Profile:
     """Per-block costs of a model on a graph, and the bytes per row crossing each possible cut
     (``boundary_bytes[j]``: between blocks ``j`` and ``j + 1``, one direction).
     ``chunk_counts``: the chunk count the costs were measured at, and the most chunks their
-    line (from :data:`TINY_ROWS` rows to that count's chunks) reaches."""
+    line (from :data:`~gnnpipe.plan.bench.TINY_ROWS` rows to that count's chunks) reaches."""
 
     blocks: tuple[BlockCost, ...]
     num_nodes: int
@@ -116,6 +112,10 @@ class Profile:
     concurrent: int = 1
     cores: int = 0
     threads: int = 1
+    #: Measured between two of the workers (:func:`gnnpipe.runtime.link.measure_link`): seconds
+    #: of a swap of one value, and bytes/s of a large one (0: not measured).
+    latency: float = 0.0
+    bandwidth: float = 0.0
 
     def slowdown(self, workers: int) -> float:
         """How much slower (or, below 1, faster) an op runs on one of ``workers`` ranks on the
@@ -148,148 +148,27 @@ class Profile:
         return frame
 
 
-class _SliceBench:
-    """Blocks ``start:stop`` as one-block stages over the chunks of the real graph: the chunked
-    epoch, forward in the epoch's chunk order and backward in reverse, each op timed."""
-
-    def __init__(self, work: LayerStack, data: Data, chunks: int, start: int, stop: int,
-                 seed: int) -> None:
-        parts = make_chunks(data, chunks, seed=seed)
-        self.data = ordered = parts.apply(data)
-        self.bounds = _with_tiny(parts.bounds.tolist(), tiny_rows(data.num_nodes))
-        self.tiny = len(self.bounds) - 2  # the last chunk: tiny_rows(n) rows
-        self.seed = seed
-        adj = normalized_adjacency(ordered.edge_index, data.num_nodes, work.norm)
-        # One stage's blocks share its chunks' rows (and gather buffer), hot from block to
-        # block; each block's own copy would meet them cold and predict slower ops than a rank's.
-        rows = chunk_rows(adj, self.bounds)
-        self.executors = [StageExecutor(work, b, b + 1, adj, self.bounds, Techniques(), seed,
-                                        input_grad=b > 0, rows=rows) for b in range(start, stop)]
-        self.optimizers = [torch.optim.Adam(params, lr=1e-3) if params else None
-                           for params in (list(work.blocks[b].parameters())
-                                          for b in range(start, stop))]
-        gen = torch.Generator().manual_seed(seed)
-        spans = list(itertools.pairwise(self.bounds))
-        # A slice that does not start the model gets random inputs of the right widths, one
-        # that does not end it unit output gradients: the values do not change op costs.
-        self.inputs = [[ordered.x[lo:hi]] if start == 0 else
-                       [torch.randn(hi - lo, w, generator=gen) for w in work.boundary_widths(start)]
-                       for lo, hi in spans]
-        self.out_grads = (None if stop == len(work) else
-                          [[torch.ones(hi - lo, w) for w in work.boundary_widths(stop)]
-                           for lo, hi in spans])
-        self.num_train = max(int(ordered.train_mask.sum()), 1)
-        self.took: dict[str, list[float]] = {}  # the last epoch's seconds (begin_epoch resets)
-
-    def target(self, c: int, k: int) -> tuple[Tensor, Tensor, int] | None:
-        if self.out_grads is not None or k < len(self.executors) - 1:
-            return None
-        lo, hi = self.bounds[c], self.bounds[c + 1]
-        return self.data.y[lo:hi], self.data.train_mask[lo:hi], self.num_train
-
-    # An EpochProgram (gnnpipe.engine.driver) whose epochs record, in ``took``, the seconds per
-    # block of its forwards, backwards and of its step + resets.
-    def begin_epoch(self, epoch: int) -> None:
-        n = len(self.executors)
-        self.took = took = {kind: [0.0] * n for kind in
-                            ("forward", "backward", "step", "forward_tiny", "backward_tiny")}
-        for k, ex in enumerate(self.executors):
-            start = time.perf_counter()
-            ex.begin_epoch(epoch)
-            took["step"][k] += time.perf_counter() - start
-
-    def run_chunks(self, epoch: int) -> None:
-        n, took = len(self.executors), self.took
-        order = chunk_order(len(self.bounds) - 1, self.seed, epoch, random_order=True)
-        for c in order:
-            tensors = self.inputs[c]
-            forward = "forward_tiny" if c == self.tiny else "forward"
-            for k, ex in enumerate(self.executors):
-                start = time.perf_counter()
-                tensors = ex.forward(c, tensors, self.target(c, k))
-                took[forward][k] += time.perf_counter() - start
-        for c in reversed(order):
-            grads: Sequence[Tensor | None] | None = (
-                None if self.out_grads is None else self.out_grads[c])
-            backward = "backward_tiny" if c == self.tiny else "backward"
-            for k in range(n - 1, -1, -1):
-                start = time.perf_counter()
-                grads = self.executors[k].backward(c, grads)
-                took[backward][k] += time.perf_counter() - start
-
-    def step(self, epoch: int) -> None:
-        for k, opt in enumerate(self.optimizers):
-            start = time.perf_counter()
-            if opt is not None:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            self.took["step"][k] += time.perf_counter() - start
-
-    def evaluate(self) -> dict[str, float]:
-        return {}  # costs only: nothing to evaluate
-
-    def kept_bytes(self) -> list[float]:
-        """Bytes per row each block keeps from a chunk's forward to its backward: what autograd
-        saves, plus the received inputs its executor holds."""
-        lo, hi = self.bounds[0], self.bounds[1]
-        tensors, out = self.inputs[0], []
-        for k, ex in enumerate(self.executors):
-            kept: dict[tuple, int] = {}
-
-            def pack(t: Tensor, kept: dict[tuple, int] = kept) -> Tensor:
-                kept[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
-                # Detached: a saved output packed as itself holds its own grad_fn, a cycle
-                # through autograd's C++ graph that Python's gc cannot free (it leaked every
-                # buffer of the profile, ~0.5 GB per profile at 50,000 nodes, on the worker).
-                return t.detach()
-
-            if ex.start > 0:
-                for t in tensors:
-                    pack(t)
-            ex.begin_epoch(ex.epoch + 1)  # a forward phase of its own, after the timed epochs
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                tensors = ex.forward(0, tensors, self.target(0, k))
-            ex.saved.clear()
-            out.append(sum(kept.values()) / (hi - lo))
-        return out
-
-    def buffer_bytes(self) -> list[float]:
-        n = self.data.num_nodes
-        return [sum(t.numel() * t.element_size() for buf in ex.buffers.values()
-                    for t in buf.tensors().values()) / n
-                for ex in self.executors]
-
-
-def _medians(bench: _SliceBench, warmup: int, repeats: int) -> dict[str, list[float]]:
-    took: list[dict[str, list[float]]] = []
-    total = warmup + repeats
-
-    def keep(record: dict[str, Any]) -> bool:
-        took.append(bench.took)
-        return False  # never stops the run
-
-    drive(bench, total, eval_every=total, callbacks=[keep])
-    epochs = took[warmup:]
-    return {kind: [statistics.median(e[kind][k] for e in epochs)
-                   for k in range(len(bench.executors))] for kind in epochs[0]}
-
-
 def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
                   blocks: tuple[int, int] | None = None, repeats: int = 2, warmup: int = 1,
-                  seed: int = 0, threads: int | None = 1) -> Profile:
+                  seed: int = 0, threads: int | None = 1, lean: bool = False) -> Profile:
     """Measure the blocks' costs inside GNNPipe's chunked epoch on the real graph.
 
-    A copy of ``model`` (its weights stay untouched) trains ``warmup + repeats`` epochs in this
-    process with each block a stage of its own, over ``chunks`` chunks (at most a quarter of the
-    nodes) and one more chunk of :data:`TINY_ROWS` rows carved off the last. Per block, the
-    medians of its per-epoch forward and backward seconds over the chunks, and of its ops on the
-    small chunk, give seconds per row and per chunk op (``t = rows·a + b``); its Adam step and
-    buffer resets give the per-epoch seconds. Times are wall-clock seconds, like the epochs they
-    predict: on a machine busy with other work, profile under that same load.
+    A copy of ``model`` (its weights stay untouched) trains ``warmup`` epochs (more while their
+    times still settle, at most :data:`~gnnpipe.plan.bench.MAX_WARMUP`), then ``repeats`` timed
+    ones in this process with each block a stage of its own (:class:`~gnnpipe.plan.bench.
+    SliceBench`), over ``chunks`` METIS chunks (at most a quarter of the nodes) of which the
+    first half are merged into one and :data:`~gnnpipe.plan.bench.TINY_ROWS` rows are carved
+    off the last. Per block, the medians of its per-epoch seconds over the normal chunks and of
+    its op on the small chunk give seconds per row and per chunk op (``t = rows·a + b``), its op
+    on the merged chunk the seconds per row of work done half the graph at once (``exact_*``),
+    its Adam step and buffer resets the per-epoch seconds. Times are wall-clock seconds, like
+    the epochs they predict: on a machine busy with other work, profile under that same load.
 
     Args:
         blocks: profile only blocks ``start:stop`` (default: all); the profile then holds those.
         threads: torch threads while profiling (the Dask ranks use one).
+        lean: run each chunk's backward right after its forward, so one chunk's tensors are
+            held at a time (a profile under a memory limit: fill-drain holds every chunk's).
     """
     model = as_stack(model, data)
     data = check_inputs(model, data)
@@ -308,31 +187,30 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
     torch.set_num_threads(threads or before)
     work = copy.deepcopy(model).train()
     try:
-        bench = _SliceBench(work, data, count, start, stop, seed)
-        took = _medians(bench, warmup, repeats)
+        bench = SliceBench(work, data, count, start, stop, seed, lean=lean)
+        took = medians(bench, warmup, repeats)
         kept, buffers = bench.kept_bytes(), bench.buffer_bytes()
     finally:
         torch.set_num_threads(before)
+    rows = n - bench.big_rows - tiny_rows(n)  # of the normal chunks
     costs = []
     for k, b in enumerate(range(start, stop)):
         block = model.blocks[b]
         (fwd, fwd_fixed), (bwd, bwd_fixed) = (
-            _per_row_and_chunk(took[kind][k], took[f"{kind}_tiny"][k], count, n)
+            _per_row_and_chunk(took[kind][k], took[f"{kind}_tiny"][k], bench.normal_chunks,
+                               rows, tiny_rows(n))
             for kind in ("forward", "backward"))
+        exact = [max(took[f"{kind}_big"][k] - fixed, 0.0) / bench.big_rows if bench.big_rows
+                 else 0.0 for kind, fixed in (("forward", fwd_fixed), ("backward", bwd_fixed))]
         params = sum(p.numel() * p.element_size() for p in block.parameters())
         costs.append(BlockCost(
             index=b, name=type(block).__name__, aggregates=block.aggregates,
             out_dim=block.out_dim, forward_s=fwd, backward_s=bwd, forward_fixed_s=fwd_fixed,
             backward_fixed_s=bwd_fixed, step_s=took["step"][k],
             activation_bytes=kept[k], buffer_bytes=buffers[k], param_bytes=params,
-            optimizer_bytes=2 * params))
+            optimizer_bytes=2 * params, exact_forward_s=exact[0], exact_backward_s=exact[1]))
     cuts = tuple(sum(model.boundary_widths(j)) * BYTES_PER_VALUE for j in range(1, len(model)))
     return Profile(tuple(costs), n, (count, reach), cuts, time.perf_counter() - began)
-
-
-def tiny_rows(num_nodes: int) -> int:
-    """Rows of the profile's small chunk: :data:`TINY_ROWS`, at most a sixteenth of the graph."""
-    return max(1, min(TINY_ROWS, num_nodes // 16))
 
 
 def profile_counts(chunks: int, num_nodes: int) -> tuple[int, int]:
@@ -343,18 +221,10 @@ def profile_counts(chunks: int, num_nodes: int) -> tuple[int, int]:
     return count, max(count, min(16 * count, num_nodes // tiny_rows(num_nodes)))
 
 
-def _with_tiny(bounds: list[int], tiny: int) -> list[int]:
-    """``bounds`` with the last ``tiny`` rows of the last chunk a chunk of their own."""
-    return [*bounds[:-1], bounds[-1] - tiny, bounds[-1]]
-
-
-def _per_row_and_chunk(total: float, tiny: float, chunks: int,
-                       num_nodes: int) -> tuple[float, float]:
-    """Solve ``t = rows·a + b`` from ``chunks`` ops over all rows but the small chunk's taking
-    ``total`` seconds and the small chunk's op taking ``tiny`` (``b`` clipped to ``[0, tiny]``:
-    noise)."""
-    small = tiny_rows(num_nodes)
-    rows = num_nodes - small
+def _per_row_and_chunk(total: float, tiny: float, chunks: int, rows: int,
+                       small: int) -> tuple[float, float]:
+    """Solve ``t = rows·a + b`` from ``chunks`` ops over ``rows`` rows taking ``total`` seconds
+    and one op over ``small`` rows taking ``tiny`` (``b`` clipped to ``[0, tiny]``: noise)."""
     per_row = max(total - chunks * tiny, 1e-12 * rows) / max(rows - chunks * small, 1)
     per_chunk = min(max(tiny - small * per_row, 0.0), tiny)
     return per_row, per_chunk
@@ -378,9 +248,11 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
     """:func:`profile_model` on ``workers`` Dask workers at once, each timing the blocks of one
     stage of the uniform split: every op is timed while the workers share the machine (memory
     bandwidth, caches) and each holds a stage's share of buffers, as in the pipeline. Workers
-    run :data:`WORKER_WARMUP` untimed epochs first unless ``warmup`` is given."""
+    run :data:`WORKER_WARMUP` untimed epochs first unless ``warmup`` is given. Then two of them
+    measure what a message between them costs (the profile's ``latency`` and ``bandwidth``)."""
     from gnnpipe.engine.local import stage_ranges
     from gnnpipe.runtime.cluster import resolve
+    from gnnpipe.runtime.link import measure_link
 
     data = check_inputs(model, data)
     kwargs.setdefault("warmup", WORKER_WARMUP)
@@ -397,9 +269,11 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
                                  allow_other_workers=False, pure=False, **kwargs)
                    for w, blocks in zip(addresses, stage_ranges(len(model), workers))]
         joined = Profile.join(client.gather(futures))
+        link = measure_link(handle) or (0.0, 0.0)
         return dataclasses.replace(joined, concurrent=workers,
                                    cores=_shared_cores(client, addresses[:workers]),
-                                   threads=handle.threads_per_worker)
+                                   threads=handle.threads_per_worker, latency=link[0],
+                                   bandwidth=link[1])
     finally:
         if owned:
             handle.close()

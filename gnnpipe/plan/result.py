@@ -224,4 +224,5 @@ def _profile_of(raw: dict[str, Any]) -> Profile:
                    num_nodes=raw["num_nodes"], chunk_counts=tuple(raw["chunk_counts"]),
                    boundary_bytes=tuple(raw["boundary_bytes"]), seconds=raw["seconds"],
                    concurrent=raw.get("concurrent", 1), cores=raw.get("cores", 0),
-                   threads=raw.get("threads", 1))
+                   threads=raw.get("threads", 1), latency=raw.get("latency", 0.0),
+                   bandwidth=raw.get("bandwidth", 0.0))
