@@ -32,6 +32,7 @@ from gnnpipe.pyg import as_stack
 
 __all__ = [
     "BYTES_PER_VALUE",
+    "SHARED_BANDWIDTH",
     "WORKER_WARMUP",
     "BlockCost",
     "Profile",
@@ -46,6 +47,10 @@ BYTES_PER_VALUE = 4  # fp32
 #: slower than its steady ones (measured 3×: its heap and allocator thresholds still growing),
 #: and a fresh one would otherwise predict a slower pipeline than it is.
 WORKER_WARMUP = 1
+#: How much slower an op runs when every core of its host is busy than alone, from sharing the
+#: memory bandwidth and caches (measured on this project's 2-core machine: two busy processes
+#: each run about 1.2x slower than one alone; a many-core host shares less per core busy).
+SHARED_BANDWIDTH = 0.2
 @dataclass(frozen=True)
 class BlockCost:
     """Measured costs of one block.
@@ -120,11 +125,16 @@ class Profile:
     def slowdown(self, workers: int) -> float:
         """How much slower (or, below 1, faster) an op runs on one of ``workers`` ranks on the
         profile's host than it ran profiled: ranks share its cores (``workers × threads /
-        cores`` when above 1), as the profiled workers did."""
+        cores`` when above 1) and its memory bandwidth (:data:`SHARED_BANDWIDTH` more per op
+        when every core is busy), as the profiled workers did."""
         if not self.cores:
             return 1.0
+
         def load(k: int) -> float:
-            return max(1.0, k * self.threads / self.cores)
+            busy = min(k * self.threads, self.cores)
+            shared = 1.0 + SHARED_BANDWIDTH * (busy - 1) / max(self.cores - 1, 1)
+            return max(1.0, k * self.threads / self.cores) * shared
+
         return load(workers) / load(self.concurrent)
 
     @property
