@@ -29,27 +29,23 @@ freed blocks in its heap and a one-process run at 50,000-130,000 nodes can hold 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pandas as pd
-import torch
-from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnpipe.analysis.footprint import Footprint, footprint, probe_graph
+from gnnpipe.analysis.shapes import ChunkedShape, PartShape, adjacency_bytes
 from gnnpipe.core.job import TrainConfig
-from gnnpipe.core.kinds import Mode, TrainSchedule
+from gnnpipe.core.kinds import Mode
 from gnnpipe.engine.buffers import torch_dtype
-from gnnpipe.engine.graph import Adjacency, chunk_rows, normalized_adjacency
+from gnnpipe.engine.graph import Adjacency, normalized_adjacency
 from gnnpipe.engine.probe import AggregationCall, probe_calls
 from gnnpipe.nn import LayerStack
 from gnnpipe.partition import Partitioning, chunk, partition
 
-__all__ = ["FIXED_ITEMS", "ITEMS", "RUNTIME_BYTES", "MemoryModel", "PartShape", "block_costs",
-           "estimate"]
+__all__ = ["FIXED_ITEMS", "ITEMS", "RUNTIME_BYTES", "MemoryModel", "block_costs", "estimate"]
 
 #: Items held for the whole run.
 FIXED_ITEMS = ("parameters", "features", "adjacency", "history", "recompute_cache", "runtime")
@@ -88,7 +84,7 @@ class MemoryModel:
         self._probe_adj: Adjacency | None = None
         self._footprints: dict[tuple, Footprint] = {}
         self._chunkings: dict[tuple[int, int], Partitioning] = {}
-        self._chunked: dict[tuple[int, int], _Chunked] = {}
+        self._chunked: dict[tuple[int, int], ChunkedShape] = {}
         self._parts: dict[int, list[PartShape]] = {}
         self._calls: list[list[AggregationCall]] | None = None
 
@@ -167,11 +163,11 @@ class MemoryModel:
         """The chunk counts chunked so far, in the order they were."""
         return [c for c, _ in self._chunkings]
 
-    def chunked(self, chunks: int, parts_per_chunk: int) -> _Chunked:
+    def chunked(self, chunks: int, parts_per_chunk: int) -> ChunkedShape:
         """:meth:`chunking`, as far as a chunked job's memory depends on it."""
         key = (chunks, parts_per_chunk)
         if key not in self._chunked:
-            self._chunked[key] = _Chunked.of(self.model, self.data,
+            self._chunked[key] = ChunkedShape.of(self.model, self.data,
                                              self.chunking(chunks, parts_per_chunk),
                                              passing=any(self.calls))
         return self._chunked[key]
@@ -201,69 +197,14 @@ def _param_bytes(model: LayerStack, start: int, stop: int, copies: int) -> int:
     return values * (3 + copies)
 
 
-def _tensor_bytes(tensors: Sequence[Tensor]) -> int:
-    """Bytes of the distinct storages behind ``tensors`` (views of one storage count once)."""
-    seen: dict[int, int] = {}
-    for t in tensors:
-        s = t.untyped_storage()
-        seen[s.data_ptr()] = s.nbytes()
-    return sum(seen.values())
-
-
-def _csr_parts(m: Tensor) -> list[Tensor]:
-    return [m.crow_indices(), m.col_indices(), m.values()]
-
-
-def _adjacency_bytes(adj: Adjacency, bounds: list[int] | None) -> int:
-    """``Â`` and ``Âᵀ``, and with ``bounds`` the chunks' row blocks built from them (the views
-    cost nothing, the compacted column indices do)."""
-    tensors = _csr_parts(adj.A) + _csr_parts(adj.AT)
-    if bounds is not None:
-        for rows in chunk_rows(adj, bounds):
-            for block in (rows.A, rows.AT):
-                tensors += _csr_parts(block.csr) + ([block.cols] if block.cols is not None else [])
-    return _tensor_bytes(tensors)
-
-
-def _gather_bytes(adj: Adjacency, bounds: list[int], widths: Sequence[int]) -> int:
-    """The gather space of a CPU stage: per width its products read, as tall as the most
-    columns a chunk's rows of ``Â`` or ``Âᵀ`` read."""
-    if adj.A.device.type != "cpu" or not widths:
-        return 0
-    tallest = max(int(b.cols.numel()) if b.cols is not None else adj.num_nodes
-                  for rows in chunk_rows(adj, bounds) for b in (rows.A, rows.AT))
-    return tallest * sum(set(widths)) * 4
-
-
 def _single(model: LayerStack, data: Data, fp: Footprint) -> dict[str, int]:
     """``single``: the adjacency, and the whole graph trained as one chunk."""
     adj = normalized_adjacency(data.edge_index, data.num_nodes, model.norm)
     n = data.num_nodes
     return {"rank": 0, "stage": 0, "parameters": _param_bytes(model, 0, len(model), 0),
-            "adjacency": _adjacency_bytes(adj, None), "runtime": RUNTIME_BYTES["process"],
+            "adjacency": adjacency_bytes(adj, None), "runtime": RUNTIME_BYTES["process"],
             "stash": math.ceil(fp.stash * n), "working": math.ceil((fp.chunk_peak - fp.stash) * n),
             "evaluation": math.ceil(fp.eval_peak * n)}
-
-
-@dataclass(frozen=True)
-class PartShape:
-    """One graph-parallel rank's share of the graph: its rows, its halo rows (the distinct
-    columns of its rows' edges outside them) and its edges."""
-
-    rows: int
-    halo: int
-    nnz: int
-
-    @classmethod
-    def all_of(cls, model: LayerStack, data: Data, parts: Partitioning) -> list[PartShape]:
-        ordered = parts.apply(data)
-        full = normalized_adjacency(ordered.edge_index, ordered.num_nodes, model.norm)
-        out = []
-        for lo, hi in itertools.pairwise(parts.bounds.tolist()):
-            cols = full.rows(lo, hi).A.col_indices()
-            halo = int(torch.unique(cols[(cols < lo) | (cols >= hi)]).numel())
-            out.append(cls(hi - lo, halo, int(cols.numel())))
-        return out
 
 
 def _graph_rows(memory: MemoryModel, job: TrainConfig) -> list[dict[str, int]]:
@@ -295,14 +236,6 @@ def _graph_rows(memory: MemoryModel, job: TrainConfig) -> list[dict[str, int]]:
     return out
 
 
-def _sources_outside(edge_index: Tensor, bounds: list[int]) -> list[int]:
-    """Per chunk, the distinct sources outside it of the edges into it: the rows a chunk's
-    message-passing layers read besides its own (and push gradients to)."""
-    src, dst = edge_index
-    return [int(torch.unique(src[(dst >= lo) & (dst < hi) & ((src < lo) | (src >= hi))]).numel())
-            for lo, hi in itertools.pairwise(bounds)]
-
-
 def _passing_calls(model: LayerStack) -> list[list[AggregationCall]]:
     """Per block, its message-passing calls (probed once per estimate)."""
     return [[c for c in block if c.message_passing]
@@ -322,47 +255,6 @@ def _message_passing(per_block: list[list[AggregationCall]], sources: Sequence[i
     kept = 0 if job.techniques.unbiased_grad else sum(
         c.width * 4 for c in calls if c.needs_grad) * sum(sources)
     return graphs, kept
-
-
-@dataclass(frozen=True)
-class _Chunked:
-    """A chunking of the graph, as a chunked job's memory depends on it."""
-
-    nodes: int
-    edges: int
-    sizes: list[int]  # rows of each chunk, largest first
-    adjacency: int  # bytes of Â, Âᵀ and the chunks' row blocks
-    gather: int  # bytes of a stage's gather space
-    features: int  # bytes of the reordered graph a one-process run keeps
-    sources: list[int]  # per chunk, its distinct sources outside it (0s without message passing)
-
-    @classmethod
-    def of(cls, model: LayerStack, data: Data, chunking: Partitioning,
-           passing: bool) -> _Chunked:
-        ordered = chunking.apply(data)
-        bounds = chunking.bounds.tolist()
-        sizes = [b - a for a, b in itertools.pairwise(bounds)]
-        adj = normalized_adjacency(ordered.edge_index, data.num_nodes, model.norm)
-        return cls(
-            nodes=data.num_nodes, edges=ordered.edge_index.size(1),
-            sizes=sorted(sizes, reverse=True), adjacency=_adjacency_bytes(adj, bounds),
-            gather=_gather_bytes(adj, bounds, [b.out_dim for b in model.blocks if b.aggregates]),
-            features=_tensor_bytes([ordered.x, ordered.y, ordered.edge_index, ordered.train_mask,
-                                    ordered.val_mask, ordered.test_mask]),
-            sources=_sources_outside(ordered.edge_index, bounds) if passing else [0] * len(sizes))
-
-    def rows_trained(self, ways: int) -> int:
-        """Rows a rank trains per epoch (its way's chunks, at most)."""
-        return sum(self.sizes[:math.ceil(len(self.sizes) / ways)]) if ways > 1 else self.nodes
-
-    def stashed(self, job: TrainConfig, stage: int) -> int:
-        """Rows whose tensors a stage keeps at once until their backward: every chunk of its
-        epoch (fill-drain), the ``S - s`` largest chunks (1F1B on a pipeline rank) or the largest
-        (1F1B in one process, where each chunk's backward follows its forward)."""
-        if job.schedule is TrainSchedule.GNNPIPE:
-            return self.rows_trained(job.ways)
-        in_flight = 1 if job.mode is Mode.LOCAL else job.stages - stage
-        return sum(self.sizes[:in_flight])
 
 
 def _chunked_rows(memory: MemoryModel, job: TrainConfig) -> list[dict[str, int]]:
@@ -389,7 +281,7 @@ def _chunked_rows(memory: MemoryModel, job: TrainConfig) -> list[dict[str, int]]
 
 
 def _stage_row(memory: MemoryModel, job: TrainConfig, stage: int, fp: Footprint,
-               shape: _Chunked) -> dict[str, int]:
+               shape: ChunkedShape) -> dict[str, int]:
     """Stage ``stage``'s items (and ``graphs``, its message-passing local graphs; ``received``,
     the inputs in its stash) on a rank of its own."""
     model = memory.model

@@ -182,17 +182,19 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         # under a limit, one chunk at a time: a fill-drain slice may not fit the workers
         profile = profile_on_workers(cluster, slices, model, data, 4 * slices, repeats=repeats,
                                      seed=seed, lean=limit is not None)
-    net = Network(given.bandwidth if bandwidth is not None or not profile.bandwidth
-                  else profile.bandwidth,
-                  given.latency if latency is not None or not profile.latency
-                  else profile.latency)
+    net = _network(given, profile, bandwidth is not None, latency is not None)
     search = Search(model, data, profile, memory, net, limit, max_chunks)
-    weighed = [search.evaluate(layout) for layout in candidates]
-    chosen, table = _rank(weighed, compact)
+    chosen, table = _rank([search.evaluate(layout) for layout in candidates], compact)
     return Plan(layout=chosen.layout, epoch_time=chosen.epoch_time, peak_bytes=chosen.peak_bytes,
                 comm_bytes=chosen.comm_bytes, profile=profile, stage_times=chosen.stage_times,
                 timeline=chosen.timeline, candidates=table, workers=workers, memory_limit=limit,
                 bandwidth=net.bandwidth, latency=net.latency)
+
+
+def _network(given: Network, profile: Profile, bandwidth: bool, latency: bool) -> Network:
+    """The bandwidth and latency given, else what the profile measured (where it did)."""
+    return Network(given.bandwidth if bandwidth or not profile.bandwidth else profile.bandwidth,
+                   given.latency if latency or not profile.latency else profile.latency)
 
 
 def _order(c: Candidate, float32_fits: bool, compact: bool | None) -> tuple:
