@@ -38,7 +38,7 @@ from torch_geometric.data import Data
 from gnnpipe.analysis.footprint import Footprint, footprint, probe_graph
 from gnnpipe.analysis.shapes import ChunkedShape, PartShape, adjacency_bytes
 from gnnpipe.core.job import TrainConfig
-from gnnpipe.core.kinds import Mode
+from gnnpipe.core.kinds import Mode, TrainSchedule
 from gnnpipe.engine.buffers import torch_dtype
 from gnnpipe.engine.graph import Adjacency, normalized_adjacency
 from gnnpipe.engine.probe import AggregationCall, probe_calls
@@ -297,7 +297,9 @@ def _stage_row(memory: MemoryModel, job: TrainConfig, stage: int, fp: Footprint,
         "stage": stage,
         "parameters": _param_bytes(model, a, b, 0 if job.mode is Mode.LOCAL else 1),
         "history": math.ceil(fp.buffers * n) + pushes,
-        "recompute_cache": math.ceil(fp.cache * n), "graphs": graphs,
+        "recompute_cache": math.ceil(fp.cache * (n if job.schedule is TrainSchedule.GNNPIPE
+                                                 else shape.slot_rows(job, stage))),
+        "graphs": graphs,
         "received": math.ceil(inputs),
         "stash": math.ceil(fp.stash * stashed + inputs
                            + fp.per_source_stash * sum(sources) * stashed / n),

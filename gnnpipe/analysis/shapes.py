@@ -116,6 +116,12 @@ class ChunkedShape:
         """Rows a rank trains per epoch (its way's chunks, at most)."""
         return sum(self.sizes[:math.ceil(len(self.sizes) / ways)]) if ways > 1 else self.nodes
 
+    def slot_rows(self, job: TrainConfig, stage: int) -> int:
+        """Rows of a 1F1B stage's recompute cache: a slot as tall as the tallest chunk per
+        chunk in flight (``S - s`` on a pipeline rank, one in one process)."""
+        in_flight = 1 if job.mode is Mode.LOCAL else job.stages - stage
+        return self.sizes[0] * in_flight
+
     def stashed(self, job: TrainConfig, stage: int) -> int:
         """Rows whose tensors a stage keeps at once until their backward: every chunk of its
         epoch (fill-drain), the ``S - s`` largest chunks (1F1B on a pipeline rank) or the largest

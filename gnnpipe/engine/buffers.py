@@ -6,7 +6,7 @@ with the hybrid's other ways (:class:`RowSync`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -47,6 +47,11 @@ class LayerBuffers:
     #: history's dtype (a 16-bit history halves it; the replay then reads ``Z`` rounded, as the
     #: products read ``Hbuf``). Not part of a checkpoint.
     kept_z: Tensor | None = None
+    #: The same copy when chunks are few in flight (1F1B): a slot per chunk between its forward
+    #: and its backward, each as tall as the tallest chunk, reused across chunks and epochs.
+    z_slots: list[Tensor] = field(default_factory=list)
+    #: Which slot holds the chunk starting at each row (the chunks in flight).
+    z_slot_of: dict[int, int] = field(default_factory=dict)
 
     @property
     def dZ(self) -> Tensor:
@@ -63,11 +68,28 @@ class LayerBuffers:
         if grad is not None:
             grad.zero_()
 
-    def keep_z(self, lo: int, hi: int, z: Tensor) -> None:
-        """Keep ``z``, the forward's ``Z[lo:hi]``, for the replay (:attr:`kept_z`)."""
-        if self.kept_z is None:  # stored as the history is: compact with a 16-bit history
-            self.kept_z = torch.empty_like(self.H)
-        self.kept_z[lo:hi] = z
+    def keep_z(self, lo: int, hi: int, z: Tensor, slot_rows: int = 0) -> None:
+        """Keep ``z``, the forward's ``Z[lo:hi]``, for the replay: in :attr:`kept_z`, or with
+        ``slot_rows`` (the tallest chunk's rows) in a free slot of :attr:`z_slots`."""
+        if not slot_rows:
+            if self.kept_z is None:  # stored as the history is: compact with a 16-bit history
+                self.kept_z = torch.empty_like(self.H)
+            self.kept_z[lo:hi] = z
+            return
+        taken = set(self.z_slot_of.values())
+        free = next((k for k in range(len(self.z_slots)) if k not in taken), None)
+        if free is None:
+            free = len(self.z_slots)
+            self.z_slots.append(self.H.new_empty(slot_rows, self.H.size(1)))
+        self.z_slots[free][:hi - lo] = z
+        self.z_slot_of[lo] = free
+
+    def kept(self, lo: int, hi: int) -> Tensor:
+        """The forward's ``Z[lo:hi]`` kept for the replay; a slot is free again once read."""
+        if lo in self.z_slot_of:
+            return self.z_slots[self.z_slot_of.pop(lo)][:hi - lo]
+        assert self.kept_z is not None, "the forward keeps Z for its replay (keep_z)"
+        return self.kept_z[lo:hi]
 
     def tensors(self) -> dict[str, Tensor]:
         """The buffers allocated so far, by name (``H``, ``dZ``, ``snap``; ``dZ`` only where it

@@ -85,13 +85,12 @@ class ChunkContext:
         recompute = self.ex.recompute
         cached = None
         if recompute and self.replay:
-            assert buf.kept_z is not None, "the forward keeps Z for its replay (keep_z)"
-            cached = buf.kept_z[self.lo:self.hi]
+            cached = buf.kept(self.lo, self.hi)
         z = _ChunkAggregate.apply(h, buf, self.ex.rows[self.chunk], self.lo, self.hi,
                                   self.ex.techniques.unbiased_grad, cached, self.ex.sync, key,
                                   self.chunk)
         if recompute and not self.replay:
-            buf.keep_z(self.lo, self.hi, z.detach())
+            buf.keep_z(self.lo, self.hi, z.detach(), self.ex.slot_rows)
         return z
 
     def message_passing(self, module: torch.nn.Module, h: Tensor, key: int) -> Tensor:
@@ -165,6 +164,9 @@ class StageExecutor:
         # stage but the last) does the buffers' upkeep there (:meth:`between_phases`) instead of
         # at the epoch's start, where the first stage has no time to spare.
         self.upkeep_between_phases = False
+        #: Rows of a recompute-cache slot (:meth:`LayerBuffers.keep_z`), 0 for a full-graph
+        #: cache: an engine running few chunks at a time (1F1B) sets it to the tallest chunk's.
+        self.slot_rows = 0
         self._h_ready_for = -1  # the epoch whose starting Hbuf is already in place
         self._snapshot_epoch = -1  # the epoch whose due snapshot is taken
         self._backward_phase = False  # this epoch's backward has begun (between_phases ran)
@@ -172,6 +174,11 @@ class StageExecutor:
     @property
     def num_chunks(self) -> int:
         return len(self.rows)
+
+    def cache_in_slots(self) -> None:
+        """Keep the recompute cache in a slot per chunk in flight (1F1B: few chunks are),
+        instead of a full-graph tensor."""
+        self.slot_rows = max(b - a for a, b in zip(self.bounds, self.bounds[1:]))
 
     def buffers_for(self, key: int, width: int, grad: bool = True,
                     grad_dtype: torch.dtype | None = None) -> LayerBuffers:

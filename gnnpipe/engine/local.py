@@ -65,6 +65,9 @@ class LocalEngine:
         self.stages = [StageExecutor(model, a, b, adj, bounds, techniques, seed, recompute,
                                      history_dtype=history_dtype, wire_dtype=wire_dtype)
                        for a, b in ranges]
+        if schedule is TrainSchedule.ONE_F_ONE_B:
+            for ex in self.stages:
+                ex.cache_in_slots()
         self.num_train = int(data.train_mask.sum())
         self.device = adj.A.device
         self.events: list[OpEvent] = []

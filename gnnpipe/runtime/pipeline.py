@@ -67,6 +67,8 @@ class PipelineStage:
         # a fill-drain stage idles between its phases, waiting; a 1F1B stage has no such phase
         self.executor.upkeep_between_phases = (
             not self.is_last and spec.job.schedule is TrainSchedule.GNNPIPE)
+        if spec.job.schedule is TrainSchedule.ONE_F_ONE_B:
+            self.executor.cache_in_slots()  # at most S - s chunks between forward and backward
         self.wire = torch_dtype(spec.job.wire_dtype)  # boundary tensors travel in this dtype
         groups = model.param_groups(spec.job.weight_decay, spec.job.gnn_weight_decay, self.start,
                                     self.stop)
