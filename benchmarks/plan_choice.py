@@ -2,19 +2,20 @@
 (issue #25)
 
 For each case of the grid — a model, a graph, ``N`` workers and optionally a memory cap — a
-fresh child process starts an ``N``-worker Dask cluster (the workers' Dask ``memory_limit`` is
-the cap, if any), plans (timed, profile included: with ``cluster=`` the training cluster for
-even cases, without for odd ones, so the profile runs on workers started for it), then trains
-the best candidate of every mode and the next three overall (those that fit the cap), each for
-``--epochs`` epochs on a fresh cluster of ``N`` workers (the first two untimed), and records per
-layout its predicted and measured epoch (median), peak memory per rank (the largest) and bytes
-per epoch. ``single`` trains in the child with one torch thread, like a worker.
+fresh child process plans (timed, profile included: on a running ``N``-worker cluster passed as
+``cluster=`` for even cases, without one for odd ones, so the profile starts its own workers),
+then trains the best candidate of every mode and the next three overall (those that fit), each
+for ``--epochs`` epochs on a fresh cluster of ``N`` workers (the workers' Dask ``memory_limit``
+is the cap, if any; the first two epochs untimed), in gnnpipe's default worker environment;
+``single`` trains in the child with one torch thread, like a worker. A second child trains the
+same layouts for 2 epochs under the lean allocator (``GNNPIPE_ALLOCATOR=lean``, in it and its
+workers: freed tensors go back to the OS), whose resident peak is what a run needs — what the
+memory model predicts. Recorded per layout: predicted and measured epoch (median), peak memory
+per rank (the largest; also under the default allocator) and bytes per epoch.
 
 Per case: the planner's pick, the measured best, the regret (measured epoch of the pick ÷ the
 measured best's), and the error of every trained layout's prediction (predicted ÷ measured − 1)
-by mode; planning time against ten epochs of the pick. Every process uses the lean allocator
-(``GNNPIPE_ALLOCATOR=lean``: freed tensors go back to the OS), whose resident peak is what a run
-needs — what the memory model predicts — and which profile and runs alike pay for in time.
+by mode; planning time against ten epochs of the pick.
 
 Run (from the repository root)::
 
@@ -104,61 +105,94 @@ def _to_train(table: Any) -> list[int]:
     return sorted(set(chosen))
 
 
-def _measure(plan: Any, index: int, model: Any, data: Any, limit: dict[str, Any],
-             epochs: int) -> dict[str, Any]:
+def _train(plan: Any, index: int, model: Any, data: Any, limit: dict[str, Any],
+           epochs: int) -> Any:
     """Train row ``index`` of the plan's table on a fresh cluster of the plan's workers (each
-    run's memory measured from the same start); its predicted and measured figures."""
+    run from the same start); the run."""
     import copy
 
     import torch
 
     import gnnpipe as gp
 
-    candidate = plan.candidate(index)
     torch.set_num_threads(1)
     with gp.Cluster(n_workers=plan.workers, **limit) as cluster:
-        run = gp.train(copy.deepcopy(model), data, plan=candidate, epochs=epochs,
-                       eval_every=epochs + 10, cluster=cluster, progress=False, timeout=600.0)
-    times = run.history["epoch_time"].tolist()[SKIPPED:]
-    return {"row": int(index), "layout": candidate.layout.describe(),
-            "mode": candidate.mode.value, "predicted_s": candidate.epoch_time,
-            "measured_s": statistics.median(times),
-            "predicted_peak": int(max(candidate.peak_bytes)),
-            "measured_peak": int(run.memory()["peak_bytes"].max()),
-            "predicted_bytes": int(candidate.comm_bytes),
-            "measured_bytes": int(run.history["comm_bytes"].iloc[-1])}
+        return gp.train(copy.deepcopy(model), data, plan=plan.candidate(index), epochs=epochs,
+                        eval_every=epochs + 10, cluster=cluster, progress=False, timeout=600.0)
+
+
+def _case(cfg: dict[str, Any]) -> tuple[Any, Any, int | None]:
+    """The case's graph, model and memory cap (a share of single's estimated peak)."""
+    import gnnpipe as gp
+
+    family, layers, hidden, graph, _, cap_share = cfg["case"]
+    data = _graph(graph)
+    model = _model(family, layers, hidden, data)
+    if cap_share is None:
+        return data, model, None
+    return data, model, int(cap_share * gp.estimate_memory(model, data, "single")[
+        "peak_bytes"].max())
 
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
-    """One case in this fresh process (the lean allocator in it and in its workers)."""
+    """``cfg["part"]``: ``"time"``: plan (timed) and train the layouts for their epoch times,
+    in the workers' default environment; ``"memory"``: train them again for 2 epochs under the
+    lean allocator (this process's too) for their peaks."""
     import torch
 
     import gnnpipe as gp
 
     torch.set_num_threads(1)
-    family, layers, hidden, graph, workers, cap_share = cfg["case"]
-    data = _graph(graph)
-    model = _model(family, layers, hidden, data)
-    cap = None
-    if cap_share is not None:
-        single = gp.estimate_memory(model, data, "single")["peak_bytes"].max()
-        cap = int(cap_share * single)
+    data, model, cap = _case(cfg)
+    workers = cfg["case"][4]
     limit = {} if cap is None else {"memory_limit": cap}
+    if cfg["part"] == "memory":
+        plan = gp.Plan.from_json(cfg["plan_file"])
+        peaks = []
+        for i in cfg["rows"]:
+            run = _train(plan, i, model, data, limit, 2)
+            peaks.append(int(run.memory()["peak_bytes"].max()))
+        return {"peaks": peaks}
+    began = time.perf_counter()
     if cfg["with_cluster"]:  # planned on a cluster already running, as a training one would be
         with gp.Cluster(n_workers=workers, **limit) as cluster:
             began = time.perf_counter()
             plan = gp.plan(model, data, workers=workers, cluster=cluster, **limit)
-            planning_s = time.perf_counter() - began
     else:
-        began = time.perf_counter()
         plan = gp.plan(model, data, workers=workers, **limit)
-        planning_s = time.perf_counter() - began
-    table = plan.table()
-    runs = [_measure(plan, i, model, data, limit, cfg["epochs"]) for i in _to_train(table)]
+    planning_s = time.perf_counter() - began
+    plan.to_json(cfg["plan_file"])
+    table, runs = plan.table(), []
+    for i in _to_train(table):
+        candidate, run = plan.candidate(i), _train(plan, i, model, data, limit, cfg["epochs"])
+        runs.append({"row": int(i), "layout": candidate.layout.describe(),
+                     "mode": candidate.mode.value, "predicted_s": candidate.epoch_time,
+                     "measured_s": statistics.median(run.history["epoch_time"].iloc[SKIPPED:]),
+                     "predicted_peak": int(max(candidate.peak_bytes)),
+                     "default_peak": int(run.memory()["peak_bytes"].max()),
+                     "predicted_bytes": int(candidate.comm_bytes),
+                     "measured_bytes": int(run.history["comm_bytes"].iloc[-1])})
     return {**cfg, "nodes": data.num_nodes, "cap": cap, "planning_s": planning_s,
             "profile_s": plan.profile.seconds, "pick": plan.layout.describe(),
+            "link": [plan.latency, plan.bandwidth],
             "table": table.drop(columns=["ranges", "rank_peak_bytes"]).to_dict("records"),
             "runs": runs}
+
+
+def run_case(name: str, case: tuple, with_cluster: bool, epochs: int) -> dict[str, Any]:
+    """One case: its timing child, then its memory child (the runs' peaks under lean)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = {"name": name, "case": case, "with_cluster": with_cluster, "epochs": epochs,
+               "part": "time", "plan_file": f"{tmp}/plan.json"}
+        result = run_child(__file__, cfg)
+        rows = [r["row"] for r in result["runs"]]
+        peaks = run_child(__file__, {**cfg, "part": "memory", "rows": rows},
+                          env=_environ())["peaks"]
+    for run, peak in zip(result["runs"], peaks):
+        run["measured_peak"] = peak
+    return result
 
 
 def _environ() -> dict[str, str]:
@@ -201,9 +235,9 @@ def markdown(results: list[dict[str, Any]], env: dict[str, Any]) -> str:
         "# gp.plan's pick against the measured fastest layout", "",
         (f"{env['date']} · torch {env['torch']} · {env['cpu']} ({env['cpu_count']} CPUs, shared; "
          f"load {env['loadavg_start'][0]:.1f} at start, {env['loadavg_end'][0]:.1f} at end) · "
-         f"1 torch thread per process · the lean allocator · {results[0]['epochs']} epochs per "
-         f"layout on a fresh cluster, the first {SKIPPED} untimed · wall "
-         f"{env['wall_s'] / 60:.0f} min"), "",
+         f"1 torch thread per process · {results[0]['epochs']} epochs per layout on a fresh "
+         f"cluster, the first {SKIPPED} untimed (peaks: 2 epochs under the lean allocator) · "
+         f"wall {env['wall_s'] / 60:.0f} min"), "",
         (f"Pick within 10% of the measured best in **{within:.0%}** of {len(summary)} cases; "
          f"picks over a memory cap: {int((~summary['pick_fits_cap']).sum())}."), "",
         summary.to_markdown(index=False, floatfmt=".3g"), "",
@@ -237,9 +271,7 @@ def main() -> None:
     env, start = environment(), time.perf_counter()
     results = list(done)
     for name, i in todo:
-        cfg = {"name": name, "case": cases[name], "with_cluster": i % 2 == 0,
-               "epochs": 4 if args.quick else args.epochs}
-        result = run_child(__file__, cfg, env=_environ())
+        result = run_case(name, cases[name], i % 2 == 0, 4 if args.quick else args.epochs)
         results.append(result)
         row = _summary(result)
         print(f"{name}: pick {row['pick']} ({row['pick_s']:.3f} s), best {row['best']} "
