@@ -131,7 +131,8 @@ def plan_plot(prediction: Prediction, measured_epoch: float | None = None,
     fit, hollow, outlined in their mode's colour; only when there are some); ``Chosen`` (the
     chosen layout, ``prediction``'s own figures, a large star); ``Gap`` (an ``hv.Segments`` from
     the chosen prediction to the measured point); ``Measured`` (the running layout's measured
-    epoch and largest rank's peak, a black diamond); and ``Labels`` naming the chosen and the
+    epoch and largest rank's peak, a black diamond); ``Limit`` (a dotted vertical line at the
+    memory limit the plan was made under, if any); and ``Labels`` naming the chosen and the
     measured points. ``Gap``, ``Measured`` and the measured label are empty until both
     ``measured_epoch`` and ``measured_peak`` are known, so a live plot keeps its layers.
     Hovering a point gives its layout, mode, epoch, peak, bytes per epoch and the planner's
@@ -184,9 +185,14 @@ def plan_plot(prediction: Prediction, measured_epoch: float | None = None,
     layers.append(_scatter(_points(measured_rows), "Measured", "measured").opts(
         marker="diamond", size=14, color=MEASURED_COLOR, line_color="white", tools=["hover"],
         hover_tooltips=_TOOLTIPS, backend="bokeh"))
+    limit = prediction.memory_limit
+    if limit is not None:  # the memory limit the plan was made under, where the axis reaches
+        layers.append(hv.VLine(limit / _MIB, group="Limit").opts(
+            color=OTHER_COLOR, line_dash="dotted", line_width=1.5, backend="bokeh"))
     # each label on the far side of its point from the other point (off the line joining
     # them), and leftwards in the right half of the plot (inside it)
-    xs = [*df["peak_mib"].tolist(), chosen_x, *([mx] if mx is not None else [])]
+    xs = [*df["peak_mib"].tolist(), chosen_x, *([mx] if mx is not None else []),
+          *([limit / _MIB] if limit is not None else [])]
     ys = [*df["epoch_time"].tolist(), chosen_y, *([my] if my is not None else [])]
     lift = 0.03 * max(ys)
     chosen_above = my is None or chosen_y >= my

@@ -26,6 +26,7 @@ class Prediction:
         peak_bytes: predicted peak memory of each rank (one entry in one-process modes).
         comm_bytes: predicted bytes sent per epoch (``gp.comm_volume``).
         candidates: every layout the plan weighed (:data:`CANDIDATE_COLUMNS`).
+        memory_limit: the bytes per rank the plan was made under (None: none).
     """
 
     layout: str
@@ -34,17 +35,21 @@ class Prediction:
     comm_bytes: int
     candidates: pd.DataFrame = field(
         default_factory=lambda: pd.DataFrame(columns=list(CANDIDATE_COLUMNS)))
+    memory_limit: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values."""
         return {"layout": self.layout, "epoch_time": self.epoch_time,
                 "peak_bytes": list(self.peak_bytes), "comm_bytes": self.comm_bytes,
-                "candidates": self.candidates.to_dict("records")}
+                "candidates": self.candidates.to_dict("records"),
+                "memory_limit": self.memory_limit}
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Prediction:
         """:meth:`to_dict`'s values back."""
+        limit = raw.get("memory_limit")
         return cls(str(raw["layout"]), float(raw["epoch_time"]),
                    tuple(int(b) for b in raw["peak_bytes"]), int(raw["comm_bytes"]),
                    pd.DataFrame(raw.get("candidates", []),
-                                columns=list(CANDIDATE_COLUMNS)))
+                                columns=list(CANDIDATE_COLUMNS)),
+                   None if limit is None else int(limit))

@@ -92,7 +92,7 @@ class Plan:
     def prediction(self) -> Prediction:
         """What a run trained from this plan carries (``run.prediction``)."""
         return Prediction(self.layout.describe(), self.epoch_time, self.peak_bytes,
-                          self.comm_bytes, self.candidates)
+                          self.comm_bytes, self.candidates, self.memory_limit)
 
     def predict(self, ranges: Sequence[tuple[int, int]] | None = None,
                 chunks: int | None = None) -> Timeline:

@@ -172,3 +172,13 @@ def test_the_plan_card_moves_its_measured_point_as_epochs_arrive(prediction):
     assert measured.dimension_values("epoch_time").tolist() == [1.3]
     assert measured.dimension_values("peak_mib").tolist() == [250.0]
     assert "**1.30×** predicted" in card.text.object
+
+
+def test_the_memory_limit_is_a_dotted_line_where_the_plan_had_one(prediction):
+    import dataclasses
+
+    limited = dataclasses.replace(prediction, memory_limit=500 * MIB)
+    lines = _layers(plan_plot(limited), "Limit")
+    assert len(lines) == 1 and lines[0].data == 500.0  # MiB, where the axis reaches
+    assert not _layers(plan_plot(prediction), "Limit")
+    assert Prediction.from_dict(limited.to_dict()).memory_limit == 500 * MIB
