@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from gnnpipe.analysis.memory import estimate
 from gnnpipe.core.job import TrainConfig
-from gnnpipe.core.kinds import Mode, Precision
+from gnnpipe.core.kinds import Mode, Precision, TrainSchedule
 from gnnpipe.core.units import format_bytes
 from gnnpipe.engine.local import stage_ranges
 from gnnpipe.nn import LayerStack
@@ -28,6 +28,9 @@ def leaner_options(job: TrainConfig, blocks: int) -> list[tuple[str, dict[str, A
     if job.mode is Mode.GRAPH:
         return [(f"parts={job.parts + 1}", {"parts": job.parts + 1})]
     options: list[tuple[str, dict[str, Any]]] = []
+    if (job.mode in (Mode.LOCAL, Mode.PIPELINE) and job.schedule is TrainSchedule.GNNPIPE
+            and not job.techniques.grad_in_h):  # S - s chunks in flight instead of C
+        options.append(("schedule='1f1b'", {"schedule": TrainSchedule.ONE_F_ONE_B}))
     if not job.recompute:
         options.append(("recompute=True", {"recompute": True}))
     if job.history_dtype is Precision.FLOAT32:

@@ -79,7 +79,8 @@ def test_a_worker_killed_for_memory_names_its_limit_and_what_needs_less():
     # "of the ... it had" and "fits" once any rank reported what its process held before
     assert re.search(r"gp.estimate_memory puts rank \d's need at [\d.]+ [MG]B( of the "
                      r"[\d.]+ MB it had)?;", message), message
-    for option in ("recompute=True", "history_dtype=torch.bfloat16", "chunks=16", "stages=3"):
+    for option in ("schedule='1f1b'", "recompute=True", "history_dtype=torch.bfloat16",
+                   "chunks=16", "stages=3"):
         assert re.search(re.escape(option) + r" \([\d.]+ [MG]B(, fits|, does not fit)?\)",
                          message), message
     assert message.endswith("GNNPIPE_ALLOCATOR=lean makes a rank hold only what it uses")
