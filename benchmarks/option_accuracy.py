@@ -163,8 +163,8 @@ def markdown(df: Any, env: dict[str, Any], unfinished: list[tuple]) -> str:
             gap = "" if r.option == "float32" or base is None else f"{r.mean - base:+.3f}"
             lines.append(f"| {case} | {epochs} | {r.option} | {r.per_seed} | {r.mean:.3f} ± "
                          f"{r.std:.3f} | {gap} | {r.best_epoch} |")
-    lines += ["", "Test accuracy at the best-validation epoch; std over seeds (sample). "
-              "`lean`: 1F1B, float16 histories and recompute."]
+    lines += ["", ("Test accuracy at the best-validation epoch; std over seeds (sample). "
+                   "`lean`: 1F1B, float16 histories and recompute.")]
     if unfinished:
         lines += ["", "Not finished by the deadline: " + _listed(unfinished) + "."]
     return "\n".join(lines) + "\n"

@@ -57,9 +57,10 @@ def bench_bounds(bounds: Sequence[int], num_nodes: int) -> tuple[list[int], int]
 
 class SliceBench:
     """Blocks ``start:stop`` as one-block stages over the bench's chunks of the real graph: the
-    chunked epoch, forward in the epoch's chunk order and backward in reverse (``lean``: each
-    chunk's backward right after its forward, one chunk's tensors held at a time), each op
-    timed; an :class:`~gnnpipe.engine.driver.EpochProgram`."""
+    chunked epoch, forward in the epoch's chunk order and backward in reverse, each op timed;
+    an :class:`~gnnpipe.engine.driver.EpochProgram`. ``lean``: each chunk's backward right after
+    its forward (one chunk's tensors held at a time) and 16-bit historical buffers, for workers
+    with little memory to spare."""
 
     def __init__(self, work: LayerStack, data: Data, chunks: int, start: int, stop: int,
                  seed: int, lean: bool = False) -> None:
@@ -73,8 +74,10 @@ class SliceBench:
         # One stage's blocks share its chunks' rows (and gather buffer), hot from block to
         # block; each block's own copy would meet them cold and predict slower ops than a rank's.
         rows = chunk_rows(adj, self.bounds)
+        history = torch.bfloat16 if lean else torch.float32
         self.executors = [StageExecutor(work, b, b + 1, adj, self.bounds, Techniques(), seed,
-                                        input_grad=b > 0, rows=rows) for b in range(start, stop)]
+                                        input_grad=b > 0, rows=rows, history_dtype=history)
+                          for b in range(start, stop)]
         self.optimizers = [torch.optim.Adam(params, lr=1e-3) if params else None
                            for params in (list(work.blocks[b].parameters())
                                           for b in range(start, stop))]

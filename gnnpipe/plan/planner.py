@@ -179,7 +179,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         _refuse(Search(model, data, _NO_PROFILE, memory, given, limit, max_chunks), candidates,
                 limit)
     if profile is None:
-        # under a limit, one chunk at a time: a fill-drain slice may not fit the workers
+        # under a limit, one chunk at a time and 16-bit buffers: a slice may not fit otherwise
         profile = profile_on_workers(cluster, slices, model, data, 4 * slices, repeats=repeats,
                                      seed=seed, lean=limit is not None)
     net = _network(given, profile, bandwidth is not None, latency is not None)

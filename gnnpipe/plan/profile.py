@@ -178,7 +178,9 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
         blocks: profile only blocks ``start:stop`` (default: all); the profile then holds those.
         threads: torch threads while profiling (the Dask ranks use one).
         lean: run each chunk's backward right after its forward, so one chunk's tensors are
-            held at a time (a profile under a memory limit: fill-drain holds every chunk's).
+            held at a time, with 16-bit historical buffers (a profile under a memory limit:
+            fill-drain holds every chunk's, float32 buffers twice as much). ``buffer_bytes``
+            are then those of the 16-bit buffers.
     """
     model = as_stack(model, data)
     data = check_inputs(model, data)
