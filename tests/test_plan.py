@@ -200,7 +200,7 @@ def test_a_plan_weighs_every_mode_and_ranks_them(model, small_graph, plan):
     assert len(table) == 1 + 3 * 2 + 3 + 1
     assert table["chosen"].tolist() == [True] + [False] * (len(table) - 1)
     assert table["epoch_time"].iloc[0] == table["epoch_time"].min() == plan.epoch_time
-    assert all(table["reason"].iloc[1:].str.startswith("slower"))
+    assert all(table["reason"].iloc[1:].str.contains("slower|not the 5% faster"))
     assert plan.mode.value == table["mode"].iloc[0] and plan.workers == 4
     assert max(plan.peak_bytes) == table["peak_bytes"].iloc[0]
     hybrid = table[table["mode"] == "hybrid"].iloc[0]
@@ -226,6 +226,27 @@ def test_each_candidates_bytes_and_memory_are_what_the_models_say(model, small_g
             assert row["peak_bytes"] == need["peak_bytes"].max()
     need = gp.estimate_memory(model, small_graph, plan=plan)
     assert tuple(need["peak_bytes"]) == plan.peak_bytes
+
+
+def test_a_1f1b_layout_must_be_predicted_5_percent_faster_to_be_chosen():
+    """Near-ties go to GNNPipe's fill-drain; a clear 1F1B gain is taken."""
+    from gnnpipe.core.kinds import TrainSchedule
+    from gnnpipe.plan.layout import Layout
+    from gnnpipe.plan.planner import SCHEDULE_MARGIN, _rank
+    from gnnpipe.plan.search import Candidate
+
+    def pipeline(schedule: TrainSchedule, seconds: float) -> Candidate:
+        layout = Layout(Mode.PIPELINE, stages=2, chunks=8, ranges=((0, 3), (3, 6)),
+                        schedule=schedule)
+        return Candidate(layout, seconds, (100, 100), 10)
+
+    fill = pipeline(TrainSchedule.GNNPIPE, 1.0)
+    near = pipeline(TrainSchedule.ONE_F_ONE_B, 1.0 / (1 + SCHEDULE_MARGIN) + 0.01)
+    chosen, table = _rank([near, fill], None)
+    assert chosen is fill and "not the 5% faster 1F1B must be" in table["reason"].iloc[1]
+    clear = pipeline(TrainSchedule.ONE_F_ONE_B, 0.9)
+    chosen, table = _rank([fill, clear], None)
+    assert chosen is clear and table["reason"].iloc[1].startswith("slower")
 
 
 def test_a_pipeline_plan_tiles_the_model(model, small_graph, profile):

@@ -46,6 +46,8 @@ class Plan:
         memory_limit, bandwidth, latency: what it was planned under.
         made_for: what the plan was made for, as its maker records it (the command line keeps
             ``model``, ``layers``, ``hidden`` and ``dataset`` here); saved with :meth:`to_json`.
+        seconds: what planning took, by phase (``memory_check``: the refusal of a limit no
+            layout meets, ``profile``, ``search``; the profile's 0 when one was reused).
     """
 
     layout: Layout
@@ -62,6 +64,7 @@ class Plan:
     bandwidth: float = DEFAULT_BANDWIDTH
     latency: float = DEFAULT_LATENCY
     made_for: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ the layout
     @property
@@ -150,7 +153,7 @@ class Plan:
             "stage_times": list(self.stage_times), "workers": self.workers,
             "memory_limit": self.memory_limit, "bandwidth": self.bandwidth,
             "latency": self.latency, "profile": _profile_dict(self.profile),
-            "candidates": self.candidates.to_dict("records"),
+            "candidates": self.candidates.to_dict("records"), "seconds": dict(self.seconds),
         }
 
     @classmethod
@@ -180,7 +183,7 @@ class Plan:
                                         else [], columns=list(CANDIDATE_COLUMNS)),
                 workers=int(values.get("workers", layout.workers)),
                 memory_limit=values["memory_limit"], bandwidth=bandwidth, latency=latency,
-                made_for=dict(values["made_for"]))
+                made_for=dict(values["made_for"]), seconds=dict(values.get("seconds", {})))
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"plan: a damaged gnnpipe plan ({type(err).__name__}: {err})") from None
 
