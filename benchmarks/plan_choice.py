@@ -5,7 +5,9 @@ For each case of the grid — a model, a graph, ``N`` workers and optionally a m
 fresh child process plans (timed, profile included: on a running ``N``-worker cluster passed as
 ``cluster=`` for even cases, without one for odd ones, so the profile starts its own workers),
 then trains the best candidate of every mode and the next three overall (those that fit), each
-for ``--epochs`` epochs on a fresh cluster of ``N`` workers (the workers' Dask ``memory_limit``
+for ``--epochs`` epochs on a fresh cluster of ``N`` workers, ``--rounds`` times in alternating
+orders (a layout's measured epoch is its least-contended round's median; the workers' Dask
+``memory_limit``
 is the cap, if any; the first two epochs untimed), in gnnpipe's default worker environment
 (capped ones under the lean allocator, what a memory-tight run uses);
 ``single`` trains in the child with one torch thread, like a worker. A second child trains the
@@ -163,30 +165,40 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
         plan = gp.plan(model, data, workers=workers, **limit)
     planning_s = time.perf_counter() - began
     plan.to_json(cfg["plan_file"])
-    table, runs = plan.table(), []
-    for i in _to_train(table):
-        candidate, run = plan.candidate(i), _train(plan, i, model, data, limit, cfg["epochs"])
+    table, rows, timed = plan.table(), _to_train(plan.table()), {}
+    for r in range(cfg["rounds"]):  # alternating orders: the machine's speed drifts
+        for i in rows if r % 2 == 0 else rows[::-1]:
+            run = _train(plan, i, model, data, limit, cfg["epochs"])
+            timed.setdefault(i, []).append((
+                statistics.median(run.history["epoch_time"].iloc[SKIPPED:]),
+                int(run.memory()["peak_bytes"].max()), int(run.history["comm_bytes"].iloc[-1])))
+    runs = []
+    for i in rows:
+        candidate = plan.candidate(i)
         runs.append({"row": int(i), "layout": candidate.layout.describe(),
                      "mode": candidate.mode.value, "predicted_s": candidate.epoch_time,
-                     "measured_s": statistics.median(run.history["epoch_time"].iloc[SKIPPED:]),
+                     "measured_s": min(t[0] for t in timed[i]),
+                     "rounds_s": [t[0] for t in timed[i]],
                      "predicted_peak": int(max(candidate.peak_bytes)),
-                     "default_peak": int(run.memory()["peak_bytes"].max()),
+                     "default_peak": max(t[1] for t in timed[i]),
                      "predicted_bytes": int(candidate.comm_bytes),
-                     "measured_bytes": int(run.history["comm_bytes"].iloc[-1])})
+                     "measured_bytes": timed[i][0][2]})
     return {**cfg, "nodes": data.num_nodes, "cap": cap, "planning_s": planning_s,
-            "profile_s": plan.profile.seconds, "pick": plan.layout.describe(),
+            "profile_s": plan.profile.seconds, "phases": plan.seconds,
+            "pick": plan.layout.describe(),
             "link": [plan.latency, plan.bandwidth],
             "table": table.drop(columns=["ranges", "rank_peak_bytes"]).to_dict("records"),
             "runs": runs}
 
 
-def run_case(name: str, case: tuple, with_cluster: bool, epochs: int) -> dict[str, Any]:
+def run_case(name: str, case: tuple, with_cluster: bool, epochs: int,
+             rounds: int) -> dict[str, Any]:
     """One case: its timing child, then its memory child (the runs' peaks under lean)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = {"name": name, "case": case, "with_cluster": with_cluster, "epochs": epochs,
-               "part": "time", "plan_file": f"{tmp}/plan.json"}
+               "rounds": rounds, "part": "time", "plan_file": f"{tmp}/plan.json"}
         # capped workers run lean (what a memory-tight run uses): their resident size is then
         # what they need, which the cap is a share of
         result = run_child(__file__, cfg, env=_environ() if case[5] is not None else None)
@@ -263,6 +275,8 @@ def main() -> None:
     add_output_args(ap, child=True)
     ap.add_argument("--case", action="append", help="run only these cases")
     ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="runs of every layout, in alternating orders (the fastest counts)")
     args = ap.parse_args()
     if serve_child(args, child):
         return
@@ -274,7 +288,8 @@ def main() -> None:
     env, start = environment(), time.perf_counter()
     results = list(done)
     for name, i in todo:
-        result = run_case(name, cases[name], i % 2 == 0, 4 if args.quick else args.epochs)
+        result = run_case(name, cases[name], i % 2 == 0, 4 if args.quick else args.epochs,
+                          1 if args.quick else args.rounds)
         results.append(result)
         row = _summary(result)
         print(f"{name}: pick {row['pick']} ({row['pick_s']:.3f} s), best {row['best']} "

@@ -34,7 +34,7 @@ __all__ = ["KINDS", "MAX_WARMUP", "STEADY", "TINY_ROWS", "SliceBench", "medians"
 TINY_ROWS = 32
 #: The most untimed epochs a bench runs before timing its own, and how close (relative) an
 #: epoch's time must come to the one before for the warm-up to be over.
-MAX_WARMUP = 4
+MAX_WARMUP = 2
 STEADY = 0.1
 #: What a bench times per block: its ops on the normal chunks (summed), on the big and the tiny
 #: chunk, and its step with the buffers' resets.
