@@ -176,6 +176,8 @@ def test_per_row_and_per_chunk_costs_solve_the_two_op_sizes():
     assert bench_bounds([0, 10, 20, 30, 40, 50, 60, 70, 80], 1000) == (
         [0, 40, 50, 60, 70, 80 - 32, 80], 4)
     assert bench_bounds([0, 500, 1000], 1000) == ([0, 500, 1000 - 32, 1000], 0)
+    # under a memory limit nothing is merged: no chunk of half the graph
+    assert bench_bounds([0, 10, 20, 30, 40], 1000, merge=False) == ([0, 10, 20, 30, 40 - 32, 40], 0)
 
 
 def test_profiling_leaves_the_model_untouched(model, small_graph):

@@ -47,10 +47,12 @@ def tiny_rows(num_nodes: int) -> int:
     return max(1, min(TINY_ROWS, num_nodes // 16))
 
 
-def bench_bounds(bounds: Sequence[int], num_nodes: int) -> tuple[list[int], int]:
-    """``bounds`` (``C`` chunks) with its first half merged into one chunk (if ``C >= 2``) and
-    the last :func:`tiny_rows` rows a chunk of their own; and how many chunks were merged."""
-    merged = len(bounds) // 2 if len(bounds) > 2 else 0  # C // 2 chunks for C + 1 bounds
+def bench_bounds(bounds: Sequence[int], num_nodes: int,
+                 merge: bool = True) -> tuple[list[int], int]:
+    """``bounds`` (``C`` chunks) with its first half merged into one chunk (if ``merge`` and
+    ``C >= 2``) and the last :func:`tiny_rows` rows a chunk of their own; and how many chunks
+    were merged."""
+    merged = len(bounds) // 2 if merge and len(bounds) > 2 else 0  # C // 2 of C + 1 bounds
     kept = [bounds[0], *bounds[merged:]] if merged > 1 else list(bounds)
     return [*kept[:-1], kept[-1] - tiny_rows(num_nodes), kept[-1]], merged if merged > 1 else 0
 
@@ -59,14 +61,15 @@ class SliceBench:
     """Blocks ``start:stop`` as one-block stages over the bench's chunks of the real graph: the
     chunked epoch, forward in the epoch's chunk order and backward in reverse, each op timed;
     an :class:`~gnnpipe.engine.driver.EpochProgram`. ``lean``: each chunk's backward right after
-    its forward (one chunk's tensors held at a time) and 16-bit historical buffers, for workers
-    with little memory to spare."""
+    its forward (one chunk's tensors held at a time), 16-bit historical buffers and no big
+    chunk (half the graph's tensors through a stage's blocks overran a 100,000-node profile's
+    workers capped at 0.75x single's need), for workers with little memory to spare."""
 
     def __init__(self, work: LayerStack, data: Data, chunks: int, start: int, stop: int,
                  seed: int, lean: bool = False) -> None:
         parts = make_chunks(data, chunks, seed=seed)
         self.data = ordered = parts.apply(data)
-        self.bounds, self.merged = bench_bounds(parts.bounds.tolist(), data.num_nodes)
+        self.bounds, self.merged = bench_bounds(parts.bounds.tolist(), data.num_nodes, not lean)
         self.tiny = len(self.bounds) - 2  # the last chunk
         self.big = 0 if self.merged else -1  # the first, when chunks were merged into it
         self.seed, self.lean = seed, lean

@@ -178,9 +178,11 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
         blocks: profile only blocks ``start:stop`` (default: all); the profile then holds those.
         threads: torch threads while profiling (the Dask ranks use one).
         lean: run each chunk's backward right after its forward, so one chunk's tensors are
-            held at a time, with 16-bit historical buffers (a profile under a memory limit:
-            fill-drain holds every chunk's, float32 buffers twice as much). ``buffer_bytes``
-            are then those of the 16-bit buffers.
+            held at a time, with 16-bit historical buffers and no merged chunk (a profile under
+            a memory limit: fill-drain holds every chunk's, float32 buffers twice as much, the
+            merged chunk half the graph's). ``buffer_bytes`` are then those of the 16-bit
+            buffers; without the merged chunk ``exact_*`` are 0 and whole-graph ops are
+            predicted from the chunks' seconds per row.
     """
     model = as_stack(model, data)
     data = check_inputs(model, data)
@@ -255,6 +257,28 @@ def check_inputs(model: LayerStack, data: Data) -> Data:
     return model_graph(check_stack(model), data)
 
 
+def _gathered(client: Any, futures: list[Any], addresses: Sequence[str]) -> list[Profile]:
+    """The workers' profiles; a worker that died while profiling (killed for memory, most
+    often) raises an error naming it and its Dask ``memory_limit``, not Dask's cancellation."""
+    from concurrent.futures import CancelledError
+
+    from dask.utils import format_bytes
+    from distributed import KilledWorker
+
+    limits = {a: w.get("memory_limit") or 0 for a, w in client.scheduler_info()["workers"].items()}
+    try:
+        return client.gather(futures)
+    except (CancelledError, KilledWorker) as exc:
+        alive = client.scheduler_info()["workers"]
+        dead = [a for a in addresses if a not in alive] or list(addresses)
+        said = ", ".join(f"{a} (memory_limit {format_bytes(limits[a])})" if limits.get(a)
+                         else a for a in dead)
+        raise RuntimeError(
+            f"plan: a worker died while profiling: {said}. A profile holds one stage's share "
+            f"of the model's buffers and a chunk's tensors; give the workers more memory, pass "
+            f"a profile made elsewhere (profile=) or leave out cluster=") from exc
+
+
 def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data,
                        chunks: int = 8, **kwargs: Any) -> Profile:
     """:func:`profile_model` on ``workers`` Dask workers at once, each timing the blocks of one
@@ -280,7 +304,7 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
                                  threads=handle.threads_per_worker, workers=[w],
                                  allow_other_workers=False, pure=False, **kwargs)
                    for w, blocks in zip(addresses, stage_ranges(len(model), workers))]
-        joined = Profile.join(client.gather(futures))
+        joined = Profile.join(_gathered(client, futures, addresses))
         link = measure_link(handle) or (0.0, 0.0)
         return dataclasses.replace(joined, concurrent=workers,
                                    cores=_shared_cores(client, addresses[:workers]),
