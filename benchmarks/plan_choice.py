@@ -33,6 +33,7 @@ stopped run resumes where it stopped.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import time
 from typing import Any
@@ -217,14 +218,21 @@ def run_case(name: str, case: tuple, with_cluster: bool, epochs: int,
         try:
             result = run_child(__file__, cfg, env=_environ() if case[5] is not None else None)
         except RuntimeError as exc:
-            last = [line for line in str(exc).splitlines() if line.strip()][-1]
-            return {"name": name, "case": case, "with_cluster": with_cluster, "failed": last}
+            return {"name": name, "case": case, "with_cluster": with_cluster,
+                    "failed": _raised(str(exc)), "error": str(exc)[-3000:]}
         rows = [r["row"] for r in result["runs"]]
         peaks = run_child(__file__, {**cfg, "part": "memory", "rows": rows},
                           env=_environ())["peaks"]
     for run, peak in zip(result["runs"], peaks):
         run["measured_peak"] = peak
     return result
+
+
+def _raised(text: str) -> str:
+    """The last line of a child's traceback that names an exception (its last line if none)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    named = [line for line in lines if re.match(r"[\w.]+(Error|Failure|Exception): ", line)]
+    return (named or lines)[-1]
 
 
 def _environ() -> dict[str, str]:
