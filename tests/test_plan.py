@@ -416,6 +416,22 @@ def test_plan_profiles_on_the_cluster_workers(cluster, model, small_graph):
     assert all(b.forward_s > 0 and b.backward_s > 0 for b in planned.profile.blocks)
 
 
+def test_a_limited_plan_profiles_a_quarter_of_a_workers_blocks_at_a_time(cluster, model,
+                                                                          small_graph):
+    """Under a memory limit each worker profiles its blocks in ranges, one after another, lean
+    (no merged chunk: no exact-scale costs); the joined profile has every block in order."""
+    from gnnpipe.plan.profile import profile_on_workers
+
+    pieces = profile_on_workers(cluster, 2, model, small_graph, 8, pieces=4, repeats=1,
+                                lean=True)
+    assert [b.index for b in pieces.blocks] == list(range(len(model)))
+    assert all(b.forward_s > 0 and b.exact_forward_s == 0 for b in pieces.blocks)
+    planned = gp.plan(model, small_graph, 2, cluster=cluster, repeats=1, memory_limit="10GB",
+                      modes=["pipeline"])
+    assert [b.index for b in planned.profile.blocks] == list(range(len(model)))
+    assert all(b.exact_forward_s == 0 for b in planned.profile.blocks)
+
+
 def test_plan_considers_chunk_counts_only_up_to_the_profiled_reach(model, small_graph, profile):
     """Per-row and per-chunk costs are a line through the profile's chunk sizes; candidates
     stay within it instead of extrapolating the line."""

@@ -24,7 +24,8 @@ from gnnpipe.plan.result import Plan
 from gnnpipe.plan.search import Candidate, Search
 from gnnpipe.pyg import as_stack
 
-__all__ = ["DEFAULT_SCHEDULES", "MAX_CHUNKS", "SCHEDULE_MARGIN", "memory_costs", "plan"]
+__all__ = ["DEFAULT_SCHEDULES", "LIMITED_PIECES", "MAX_CHUNKS", "SCHEDULE_MARGIN", "memory_costs",
+           "plan"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,10 @@ DEFAULT_SCHEDULES = (TrainSchedule.GNNPIPE, TrainSchedule.ONE_F_ONE_B)
 #: finer-grained waits cost what a simulation of mean op costs does not see, so near-ties go to
 #: GNNPipe's fill-drain.
 SCHEDULE_MARGIN = 0.05
+#: Under a memory limit a worker profiles its share of the blocks in this many ranges, one after
+#: another (a 100,000-node GCNII-32's half, 17 blocks with their buffers, overran workers capped
+#: at 0.75x single's need).
+LIMITED_PIECES = 4
 
 
 def memory_costs(model: LayerStack, data: Data, workers: int, chunks: int | None = None,
@@ -187,9 +192,11 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
                 limit)
     clock.lap("memory_check")
     if profile is None:
-        # under a limit, one chunk at a time and 16-bit buffers: a slice may not fit otherwise
+        # under a limit, one chunk at a time, 16-bit buffers and a quarter of a worker's blocks
+        # at a time: a slice may not fit otherwise
         profile = profile_on_workers(cluster, slices, model, data, 4 * slices, repeats=repeats,
-                                     seed=seed, lean=limit is not None)
+                                     seed=seed, lean=limit is not None,
+                                     pieces=None if limit is None else LIMITED_PIECES * slices)
     clock.lap("profile")
     net = _network(given, profile, bandwidth is not None, latency is not None)
     search = Search(model, data, profile, memory, net, limit, max_chunks)

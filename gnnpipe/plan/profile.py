@@ -280,12 +280,15 @@ def _gathered(client: Any, futures: list[Any], addresses: Sequence[str]) -> list
 
 
 def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data,
-                       chunks: int = 8, **kwargs: Any) -> Profile:
+                       chunks: int = 8, pieces: int | None = None, **kwargs: Any) -> Profile:
     """:func:`profile_model` on ``workers`` Dask workers at once, each timing the blocks of one
     stage of the uniform split: every op is timed while the workers share the machine (memory
-    bandwidth, caches) and each holds a stage's share of buffers, as in the pipeline. Workers
-    run :data:`WORKER_WARMUP` untimed epochs first unless ``warmup`` is given. Then two of them
-    measure what a message between them costs (the profile's ``latency`` and ``bandwidth``)."""
+    bandwidth, caches) and each holds a stage's share of buffers, as in the pipeline. With
+    ``pieces`` (more than ``workers``) the blocks are profiled in that many consecutive ranges,
+    a worker's share one range after another, so a worker holds only a range's buffers (under
+    a memory limit). Workers run :data:`WORKER_WARMUP` untimed epochs first unless ``warmup``
+    is given. Then two of them measure what a message between them costs (the profile's
+    ``latency`` and ``bandwidth``)."""
     from gnnpipe.engine.local import stage_ranges
     from gnnpipe.runtime.cluster import resolve
     from gnnpipe.runtime.link import measure_link
@@ -300,10 +303,12 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
                              f"{len(addresses)}")
         client = handle.client
         shipped = client.scatter([model, data], broadcast=True, hash=False)
+        ranges = stage_ranges(len(model), min(max(pieces or workers, workers), len(model)))
         futures = [client.submit(profile_model, *shipped, chunks, blocks=blocks,
-                                 threads=handle.threads_per_worker, workers=[w],
+                                 threads=handle.threads_per_worker,
+                                 workers=[addresses[i * workers // len(ranges)]],
                                  allow_other_workers=False, pure=False, **kwargs)
-                   for w, blocks in zip(addresses, stage_ranges(len(model), workers))]
+                   for i, blocks in enumerate(ranges)]
         joined = Profile.join(_gathered(client, futures, addresses))
         link = measure_link(handle) or (0.0, 0.0)
         return dataclasses.replace(joined, concurrent=workers,
