@@ -117,9 +117,9 @@ def test_executors_of_one_process_can_share_their_chunks_rows(chunked_graph, sma
 
 def test_the_profile_times_a_slices_blocks_on_shared_rows(small_graph):
     """A stage's blocks read one copy of the chunks' rows; so do the profile's one-block stages."""
-    from gnnpipe.plan.profile import _SliceBench
+    from gnnpipe.plan.bench import SliceBench
 
     model = gp.models.gcnii(small_graph.num_features, hidden=8, out_dim=4, layers=3)
-    bench = _SliceBench(model, small_graph, 4, 0, len(model), seed=0)
+    bench = SliceBench(model, small_graph, 4, 0, len(model), seed=0)
     first = bench.executors[0].rows
     assert all(ex.rows[c] is first[c] for ex in bench.executors for c in range(len(first)))

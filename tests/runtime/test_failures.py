@@ -56,9 +56,10 @@ def test_killing_a_worker_fails_fast_and_the_cluster_recovers(cluster, small_gra
     assert time.monotonic() - killed < 150  # found by the monitor, not the 300 s timeout
     # what it last held and what would need less, in case it was memory
     assert re.search(r"by epoch \d+ the rank's process held up to [\d.]+ [MG]B", str(info.value))
-    assert re.search(r"these need less per rank \(the most any rank needs\): recompute=True "
-                     r"\([\d.]+ [kMG]B, fits\), history_dtype=torch.bfloat16 \(.*\), chunks=8 "
-                     r"\(.*\), stages=3 \(.*\)", str(info.value)), str(info.value)
+    assert re.search(r"these need less per rank \(the most any rank needs\): schedule='1f1b' "
+                     r"\(.*\), recompute=True \([\d.]+ [kMG]B, fits\), "
+                     r"history_dtype=torch.bfloat16 \(.*\), chunks=8 \(.*\), stages=3 \(.*\)",
+                     str(info.value)), str(info.value)
     assert len(cluster.ready(4)) == 4
     again = gp.train(_model(small_graph), small_graph, "graph", parts=4, epochs=2, cluster=cluster,
                      progress=False)
