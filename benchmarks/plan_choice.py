@@ -6,10 +6,11 @@ fresh child process plans (timed, profile included: on a running ``N``-worker cl
 ``cluster=`` for even cases, without one for odd ones, so the profile starts its own workers),
 then trains the best candidate of every mode and the next three overall (those that fit), each
 for ``--epochs`` epochs on a fresh cluster of ``N`` workers, ``--rounds`` times in alternating
-orders (a layout's measured epoch is its least-contended round's median; the workers' Dask
-``memory_limit``
-is the cap, if any; the first two epochs untimed), in gnnpipe's default worker environment
-(capped ones under the lean allocator, what a memory-tight run uses);
+orders (a layout's measured epoch is its least-contended round's median; the first two epochs
+untimed), in gnnpipe's default worker environment (capped ones under the lean allocator, what a
+memory-tight run uses). A cap is what a rank may hold above its process's baseline: the plan's
+``memory_limit``; the workers' Dask ``memory_limit`` is the cap plus a loaded worker's baseline,
+over 95% (the nanny acts there), measured once per case;
 ``single`` trains in the child with one torch thread, like a worker. A second child trains the
 same layouts for 2 epochs under the lean allocator (``GNNPIPE_ALLOCATOR=lean``, in it and its
 workers: freed tensors go back to the OS), whose resident peak is what a run needs — what the
@@ -168,8 +169,11 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     data, model, cap = _case(cfg)
     workers = cfg["case"][4]
     # the plan's limit is what a rank may hold above its process's baseline; the workers'
-    # Dask memory_limit counts the whole process, and the nanny acts at 95% of it
-    limit = {} if cap is None else {"memory_limit": int((cap + _worker_baseline()) / 0.95)}
+    # Dask memory_limit counts the whole process, and the nanny acts at 95% of it (the time
+    # child measures it, the memory child reuses it: both train under the same limit)
+    worker_limit = (None if cap is None else cfg.get("worker_limit")
+                    or int((cap + _worker_baseline()) / 0.95))
+    limit = {} if worker_limit is None else {"memory_limit": worker_limit}
     plan_limit = {} if cap is None else {"memory_limit": cap}
     if cfg["part"] == "memory":
         plan = gp.Plan.from_json(cfg["plan_file"])
@@ -205,7 +209,8 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
                      "default_peak": max(t[1] for t in timed[i]),
                      "predicted_bytes": int(candidate.comm_bytes),
                      "measured_bytes": timed[i][0][2]})
-    return {**cfg, "nodes": data.num_nodes, "cap": cap, "planning_s": planning_s,
+    return {**cfg, "nodes": data.num_nodes, "cap": cap, "worker_limit": worker_limit,
+            "planning_s": planning_s,
             "profile_s": plan.profile.seconds, "phases": plan.seconds,
             "pick": plan.layout.describe(),
             "link": [plan.latency, plan.bandwidth],
@@ -230,7 +235,8 @@ def run_case(name: str, case: tuple, with_cluster: bool, epochs: int,
             return {"name": name, "case": case, "with_cluster": with_cluster,
                     "failed": _raised(str(exc)), "error": str(exc)[-3000:]}
         rows = [r["row"] for r in result["runs"]]
-        peaks = run_child(__file__, {**cfg, "part": "memory", "rows": rows},
+        peaks = run_child(__file__, {**cfg, "part": "memory", "rows": rows,
+                                     "worker_limit": result["worker_limit"]},
                           env=_environ())["peaks"]
     for run, peak in zip(result["runs"], peaks):
         run["measured_peak"] = peak
