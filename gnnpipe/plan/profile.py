@@ -302,8 +302,9 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
             raise ValueError(f"cluster: profiling on {workers} workers, the cluster has "
                              f"{len(addresses)}")
         client = handle.client
+        handle.keep_running(addresses[:workers])
         shipped = client.scatter([model, data], broadcast=True, hash=False)
-        ranges = stage_ranges(len(model), min(max(pieces or workers, workers), len(model)))
+        ranges = stage_ranges(len(model), min(max(pieces or 0, workers), len(model)))
         futures = [client.submit(profile_model, *shipped, chunks, blocks=blocks,
                                  threads=handle.threads_per_worker,
                                  workers=[addresses[i * workers // len(ranges)]],

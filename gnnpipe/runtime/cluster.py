@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from distributed import Client, LocalCluster, Nanny, Worker, get_worker
-from distributed.core import PooledRPCCall, Server, rpc
+from distributed.core import PooledRPCCall, Server, Status, rpc
 
 from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import RankNanny, rank_environment
@@ -91,6 +91,11 @@ class Cluster:
         overwrites with one listing no workers, so it could read 0 workers on a full cluster."""
         info = self.client.sync(self._scheduler().identity, n_workers=-1)
         return sorted(info["workers"])
+
+    def keep_running(self, workers: list[str]) -> None:
+        """Stop Dask from pausing ``workers`` and resume any it paused, before gnnpipe queues
+        tasks on them (see :func:`_never_pause`)."""
+        self.client.run(_never_pause, workers=workers)
 
     def memory_limits(self, workers: list[str]) -> dict[str, int]:
         """Each of ``workers``' Dask ``memory_limit`` in bytes (0: none), asked of the scheduler
@@ -262,3 +267,13 @@ def free_port() -> tuple[str, int]:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return host, s.getsockname()[1]
+
+
+def _never_pause(dask_worker: Worker) -> None:
+    """Turn off Dask's pause (``distributed.worker.memory.pause``, 80% of ``memory_limit``) on
+    this worker and resume it if paused. A paused worker starts no task, so a rank or profile
+    task queued on it would wait forever; a gnnpipe task needs the memory it holds, and past
+    the limit the nanny kills the worker, which fails the run naming the limit."""
+    dask_worker.memory_manager.memory_pause_fraction = False
+    if dask_worker.status == Status.paused:
+        dask_worker.status = Status.running

@@ -100,6 +100,7 @@ def _submit(spec: JobSpec, cluster: Cluster, workers: list[str], topic: str, num
             resume: str | None) -> list[Future]:
     """One ``run_rank`` task per worker, rank ``r`` pinned to ``workers[r]``."""
     client = cluster.client
+    cluster.keep_running(workers)
     host, port = client.submit(free_port, workers=[workers[0]], pure=False).result()
     attempt = Attempt(f"tcp://{host}:{port}", cluster.threads_per_worker, number, resume)
     shipped = client.scatter(spec, workers=workers, broadcast=True, hash=False)

@@ -29,6 +29,7 @@ def measure_link(cluster: Cluster, timeout: float = 60.0) -> tuple[float, float]
     if len(workers) < 2:
         return None
     client = cluster.client
+    cluster.keep_running(workers)
     host, port = client.submit(free_port, workers=[workers[0]], pure=False).result()
     futures = [client.submit(_swap_times, f"tcp://{host}:{port}", rank, timeout, workers=[w],
                              allow_other_workers=False, pure=False)

@@ -87,6 +87,45 @@ def test_a_worker_killed_for_memory_names_its_limit_and_what_needs_less():
     assert message.endswith("GNNPIPE_ALLOCATOR=lean makes a rank hold only what it uses")
 
 
+def _hold_until(share: float) -> int:
+    """On a worker: hold bytes until the process is at ``share`` of its memory_limit."""
+    import builtins
+
+    import numpy as np
+    from distributed import get_worker
+
+    from gnnpipe.engine.memory import resident_bytes
+
+    worker = get_worker()
+    size = int(share * worker.memory_manager.memory_limit) - resident_bytes()
+    builtins._gnnpipe_test_ballast = np.ones(max(size, 0), dtype=np.uint8)
+    return size
+
+
+def _statuses(client) -> set[str]:
+    return set(client.run(lambda dask_worker: dask_worker.status.name).values())
+
+
+@pytest.mark.timeout(600)
+def test_workers_dask_paused_for_memory_still_profile_and_train(small_graph):
+    """Dask pauses a worker past 80% of its memory_limit and then starts no task: a rank or a
+    profile task queued on it would wait forever. gnnpipe resumes its workers and keeps them
+    running (past the limit the nanny kills the worker instead, which fails the run)."""
+    with gp.Cluster(n_workers=2, memory_limit="2GiB") as capped:
+        client = capped.client
+        client.gather([client.submit(_hold_until, 0.86, workers=[w], pure=False)
+                       for w in capped.workers()])
+        deadline = time.monotonic() + 60  # Dask's memory monitor looks every 100 ms
+        while _statuses(client) != {"paused"} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _statuses(client) == {"paused"}
+        planned = gp.plan(_model(small_graph), small_graph, 2, cluster=capped, repeats=1,
+                          modes=["pipeline"])
+        run = gp.train(_model(small_graph), small_graph, plan=planned, epochs=2,
+                       cluster=capped, timeout=120, progress=False)
+        assert len(run.history) == 2 and _statuses(client) == {"running"}
+
+
 def test_background_run_is_live_and_stops_together(cluster, small_graph):
     run = gp.train(_model(small_graph), small_graph, "hybrid", stages=2, ways=2, chunks=4,
                    epochs=100_000, cluster=cluster, background=True, progress=False)
