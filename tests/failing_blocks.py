@@ -56,3 +56,29 @@ class SubnormalCheck(Block):
 def check_subnormals(model: LayerStack) -> LayerStack:
     """``model`` with a :class:`SubnormalCheck` appended (its output width)."""
     return _append(model, SubnormalCheck(model.blocks[-1].out_dim))
+
+
+class KillingBlock(Block):
+    """Passes ``h`` through, but its first forward in a Dask worker kills that worker's process
+    (as the kernel's OOM killer would); in any other process it only passes ``h`` through."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.in_dim = self.out_dim = width
+
+    def forward(self, h, h0, ctx):
+        import os
+        import signal
+
+        from distributed import get_worker
+
+        try:
+            get_worker()
+        except ValueError:
+            return h, h0
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_worker(model: LayerStack) -> LayerStack:
+    """``model`` with a :class:`KillingBlock` appended (its output width)."""
+    return _append(model, KillingBlock(model.blocks[-1].out_dim))

@@ -11,13 +11,14 @@ the slices of a uniform split on the Dask workers at once, as the stages will ru
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,20 +258,24 @@ def check_inputs(model: LayerStack, data: Data) -> Data:
     return model_graph(check_stack(model), data)
 
 
-def _gathered(client: Any, futures: list[Any], addresses: Sequence[str]) -> list[Profile]:
-    """The workers' profiles; a worker that died while profiling (killed for memory, most
-    often) raises an error naming it and its Dask ``memory_limit``, not Dask's cancellation."""
+@contextlib.contextmanager
+def _naming_dead_workers(cluster: Any, addresses: list[str]) -> Iterator[None]:
+    """Turn a worker dying while profiling (killed for memory, most often) into an error naming
+    it and its Dask ``memory_limit``, instead of Dask's cancellation."""
     from concurrent.futures import CancelledError
 
     from dask.utils import format_bytes
     from distributed import KilledWorker
 
-    limits = {a: w.get("memory_limit") or 0 for a, w in client.scheduler_info()["workers"].items()}
+    from gnnpipe.runtime.cluster import WorkerLost
+
+    limits = cluster.memory_limits(addresses)
     try:
-        return client.gather(futures)
-    except (CancelledError, KilledWorker) as exc:
-        alive = client.scheduler_info()["workers"]
-        dead = [a for a in addresses if a not in alive] or list(addresses)
+        yield
+    except (CancelledError, KilledWorker, WorkerLost) as exc:
+        alive = set(cluster.workers())
+        dead = ([exc.address] if isinstance(exc, WorkerLost)
+                else [a for a in addresses if a not in alive] or addresses)
         said = ", ".join(f"{a} (memory_limit {format_bytes(limits[a])})" if limits.get(a)
                          else a for a in dead)
         raise RuntimeError(
@@ -310,8 +315,9 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
                                  workers=[addresses[i * workers // len(ranges)]],
                                  allow_other_workers=False, pure=False, **kwargs)
                    for i, blocks in enumerate(ranges)]
-        joined = Profile.join(_gathered(client, futures, addresses))
-        link = measure_link(handle) or (0.0, 0.0)
+        with _naming_dead_workers(handle, addresses[:workers]):
+            joined = Profile.join(handle.gather_pinned(futures, addresses[:workers]))
+            link = measure_link(handle) or (0.0, 0.0)
         return dataclasses.replace(joined, concurrent=workers,
                                    cores=_shared_cores(client, addresses[:workers]),
                                    threads=handle.threads_per_worker, latency=link[0],

@@ -9,13 +9,13 @@ import socket
 import time
 from typing import Any
 
-from distributed import Client, LocalCluster, Nanny, Worker, get_worker
+from distributed import Client, Future, LocalCluster, Nanny, Worker, get_worker, wait
 from distributed.core import PooledRPCCall, Server, Status, rpc
 
 from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import RankNanny, rank_environment
 
-__all__ = ["Cluster", "check_cluster", "check_gpus", "free_port", "gpu_ids", "local_ranks",
+__all__ = ["Cluster", "WorkerLost", "check_cluster", "check_gpus", "free_port", "gpu_ids", "local_ranks",
            "resolve"]
 
 logger = logging.getLogger(__name__)
@@ -37,6 +37,20 @@ def _check_cluster_kwargs(kwargs: dict[str, Any]) -> None:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise TypeError(f"Cluster: unknown argument {name!r} (expected an argument of "
                             f"gp.Cluster, distributed.LocalCluster or its workers){hint}")
+
+
+#: Seconds a worker that tasks are pinned to may be absent from the scheduler before it counts
+#: as lost (a restarted worker comes back under a new address, so the tasks would never run).
+GONE_AFTER_S = 10.0
+
+
+class WorkerLost(RuntimeError):
+    """The worker at ``address`` (Dask ``memory_limit`` ``memory_limit`` bytes, 0: none) left
+    the scheduler while tasks pinned to it were waiting or running."""
+
+    def __init__(self, address: str, memory_limit: int = 0) -> None:
+        super().__init__(f"worker {address} left the cluster while running gnnpipe tasks")
+        self.address, self.memory_limit = address, memory_limit
 
 
 class Cluster:
@@ -96,6 +110,29 @@ class Cluster:
         """Stop Dask from pausing ``workers`` and resume any it paused, before gnnpipe queues
         tasks on them (see :func:`_never_pause`)."""
         self.client.run(_never_pause, workers=workers)
+
+    def gather_pinned(self, futures: list[Future], workers: list[str]) -> list[Any]:
+        """The results of ``futures``, each pinned to one of ``workers``; :class:`WorkerLost`
+        (the pending futures cancelled) when one of ``workers`` is gone from the scheduler for
+        :data:`GONE_AFTER_S`: Dask would keep a task pinned to a dead worker's address waiting
+        forever, since its nanny brings the worker back under a new address."""
+        limits = self.memory_limits(workers)
+        missing_since: dict[str, float] = {}
+        pending = list(futures)
+        while pending and not any(f.status == "error" for f in futures):
+            try:
+                wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                pass
+            pending = [f for f in futures if not f.done()]
+            alive, now = set(self.workers()), time.monotonic()
+            for w in workers:
+                if w in alive:
+                    missing_since.pop(w, None)
+                elif now - missing_since.setdefault(w, now) >= GONE_AFTER_S:
+                    self.client.cancel(pending)
+                    raise WorkerLost(w, limits.get(w, 0))
+        return self.client.gather(futures)
 
     def memory_limits(self, workers: list[str]) -> dict[str, int]:
         """Each of ``workers``' Dask ``memory_limit`` in bytes (0: none), asked of the scheduler

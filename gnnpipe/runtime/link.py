@@ -34,7 +34,7 @@ def measure_link(cluster: Cluster, timeout: float = 60.0) -> tuple[float, float]
     futures = [client.submit(_swap_times, f"tcp://{host}:{port}", rank, timeout, workers=[w],
                              allow_other_workers=False, pure=False)
                for rank, w in enumerate(workers)]
-    small, large = client.gather(futures)[0]
+    small, large = cluster.gather_pinned(futures, workers)[0]
     return small, LARGE_VALUES * 4 / max(large - small, 1e-9)
 
 

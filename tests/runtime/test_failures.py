@@ -13,7 +13,7 @@ import time
 import cloudpickle
 import dask
 import pytest
-from failing_blocks import fail_at
+from failing_blocks import fail_at, kill_worker
 
 import gnnpipe as gp
 from gnnpipe.runtime.launch import RankFailure
@@ -124,6 +124,20 @@ def test_workers_dask_paused_for_memory_still_profile_and_train(small_graph):
         run = gp.train(_model(small_graph), small_graph, plan=planned, epochs=2,
                        cluster=capped, timeout=120, progress=False)
         assert len(run.history) == 2 and _statuses(client) == {"running"}
+
+
+def test_a_worker_killed_while_profiling_fails_the_plan_naming_it(small_graph):
+    """A profile task pinned to a worker that dies would wait forever for that worker's address
+    (its nanny brings it back under a new one): the plan fails soon, naming the worker."""
+    with gp.Cluster(n_workers=2, memory_limit="4GiB") as cluster:
+        addresses = cluster.workers()
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"plan: a worker died while profiling: "
+                           r"tcp://[\d.:]+ \(memory_limit 4.00 GiB\)") as info:
+            gp.plan(kill_worker(_model(small_graph)), small_graph, 2, cluster=cluster,
+                    repeats=1, modes=["pipeline"])
+        assert any(a in str(info.value) for a in addresses)
+        assert time.monotonic() - started < 120  # the worker's absence, not a timeout
 
 
 def test_background_run_is_live_and_stops_together(cluster, small_graph):
