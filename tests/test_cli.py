@@ -250,6 +250,7 @@ BAD = [
     (["plan", "--workers", "0"], "--workers"),
     (["plan", "--memory-limit", "8XB"], "--memory-limit"),
     (["plan", "--bandwidth", "abc"], "--bandwidth"),
+    (["plan", "--headroom", "1"], "--headroom: expected a finite number in [0, 1)"),
     (["plan", "--modes", "graph,gpu"], "--modes: expected a comma-separated list of single,"),
     (["plan", "--modes", ""], "--modes"),
     (["plan", "--modes", "local"], "--modes"),

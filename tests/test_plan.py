@@ -275,7 +275,8 @@ def test_a_pipeline_plan_tiles_the_model(model, small_graph, profile):
 def test_plan_respects_a_memory_limit(model, small_graph, profile):
     """Under a limit recompute and 16-bit layouts are weighed too, the chosen one fits, and a
     16-bit one is chosen only when no float32 one fits (unless compact=True)."""
-    piped = {"profile": profile, "modes": ["pipeline"]}  # single needs least of all here
+    # single needs least of all here; no headroom: the estimates may reach the limit itself
+    piped = {"profile": profile, "modes": ["pipeline"], "headroom": 0}
     everything = gp.plan(model, small_graph, 2, memory_limit="10GB", compact=True, **piped)
     table = everything.table()
     assert table["recompute"].any() and set(table["history_dtype"]) == {"float32", "bfloat16"}
@@ -293,11 +294,41 @@ def test_plan_respects_a_memory_limit(model, small_graph, profile):
     assert roomy.table()["reason"].str.contains("16-bit values, not needed").any()
 
 
+def test_a_plan_keeps_headroom_under_a_memory_limit(model, small_graph, profile, tmp_path):
+    """By default every rank's estimate fits 90% of memory_limit: a limit whose whole a layout
+    fits but whose 90% none does is refused, naming the headroom; headroom=0 plans up to it."""
+    piped = {"profile": profile, "modes": ["pipeline"], "compact": False}
+    with pytest.raises(ValueError, match="too small for every layout") as refused:
+        gp.plan(model, small_graph, 2, memory_limit="1MB", headroom=0, **piped)
+    least = int(re.search(r"can need is .*? \(([\d,]+) bytes\)", str(refused.value))
+                .group(1).replace(",", ""))
+    limit = int(least / 0.95)
+    with pytest.raises(ValueError, match=r"too small for every layout on 2 workers \(with "
+                                         r"headroom=0.1: .* of it may be planned\)"):
+        gp.plan(model, small_graph, 2, memory_limit=limit, **piped)
+    exact = gp.plan(model, small_graph, 2, memory_limit=limit, headroom=0, **piped)
+    assert max(exact.peak_bytes) <= limit and exact.headroom == 0
+    # a limit whose 90% the least need just fits (the layouts that need more do not)
+    roomy = gp.plan(model, small_graph, 2, memory_limit=int(least / 0.9) + 2, **piped)
+    budget = int((int(least / 0.9) + 2) * 0.9)
+    table = roomy.table()
+    assert roomy.headroom == 0.1 and max(roomy.peak_bytes) <= budget
+    assert (table["fits"] == (table["peak_bytes"] <= budget)).all() and not table["fits"].all()
+    assert table.loc[~table["fits"], "reason"].str.contains("over the memory limit").all()
+    assert "10% kept free" in repr(roomy)
+    assert Plan.from_json(roomy.to_json(tmp_path / "plan.json")).headroom == 0.1
+    for bad in (1.0, -0.1, "10%"):
+        with pytest.raises(ValueError, match=r"headroom: expected a share of memory_limit in "
+                                             r"\[0, 1\)"):
+            gp.plan(model, small_graph, 2, memory_limit=limit, headroom=bad, **piped)
+
+
 def test_an_impossible_memory_limit_is_refused_before_any_profiling(model, small_graph):
     """The memory model decides first: nothing is profiled (this cluster address does not
     even exist) for a limit no layout meets, and the error names the least any rank needs."""
     with pytest.raises(ValueError, match=r"memory_limit: .* too small for every layout on 2 "
-                                         r"workers; the least any rank can need is"):
+                                         r"workers \(with headroom=0.1: 900 kB of it may be "
+                                         r"planned\); the least any rank can need is"):
         gp.plan(model, small_graph, 2, memory_limit="1MB", cluster="tcp://127.0.0.1:9")
 
 

@@ -292,7 +292,7 @@ def run_plan(args: argparse.Namespace) -> int:
     options = {"workers": args.workers, "memory_limit": args.memory_limit,
                "bandwidth": args.bandwidth, "modes": args.modes, "chunks": args.chunks,
                "compact": args.compact, "schedules": args.schedules, "seed": args.seed,
-               "repeats": args.repeats}
+               "repeats": args.repeats, "headroom": args.headroom}
     if args.threads == 1:  # gp.plan starts its 1-thread workers after checking its arguments
         plan = make_plan(model, data, **options)
     else:

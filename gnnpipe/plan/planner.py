@@ -24,7 +24,7 @@ from gnnpipe.plan.result import Plan
 from gnnpipe.plan.search import Candidate, Search
 from gnnpipe.pyg import as_stack
 
-__all__ = ["DEFAULT_SCHEDULES", "LIMITED_PIECES", "MAX_CHUNKS", "SCHEDULE_MARGIN", "memory_costs",
+__all__ = ["DEFAULT_SCHEDULES", "HEADROOM", "LIMITED_PIECES", "MAX_CHUNKS", "SCHEDULE_MARGIN", "memory_costs",
            "plan"]
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,11 @@ DEFAULT_SCHEDULES = (TrainSchedule.GNNPIPE, TrainSchedule.ONE_F_ONE_B)
 #: finer-grained waits cost what a simulation of mean op costs does not see, so near-ties go to
 #: GNNPipe's fill-drain.
 SCHEDULE_MARGIN = 0.05
+#: Share of ``memory_limit`` a plan keeps free by default: a layout fits when every rank's
+#: estimate is at most ``(1 - headroom) × memory_limit``. Measured, ranks whose chunk tensors are
+#: under 1 MiB hold up to ~25% more than estimated (glibc's heap keeps holes between them), and
+#: a capped run whose estimate was a few percent under the limit was killed.
+HEADROOM = 0.1
 #: Under a memory limit a worker profiles its share of the blocks in this many ranges, one after
 #: another (a 100,000-node GCNII-32's half, 17 blocks with their buffers, overran workers capped
 #: at 0.75x single's need).
@@ -105,16 +110,27 @@ def _check(model: LayerStack, data: Data, workers: Any, chunks: Any, latency: An
     return top
 
 
-def _refuse(search: Search, candidates: list[Layout], limit: int) -> None:
-    """``ValueError`` naming the smallest need when no layout fits ``limit`` (before any
-    profiling: the memory model alone decides)."""
+def _refuse(search: Search, candidates: list[Layout], limit: int, headroom: float) -> None:
+    """``ValueError`` naming the smallest need when no layout fits ``limit`` less its
+    ``headroom`` (before any profiling: the memory model alone decides)."""
     needs = [(search.least(layout), layout) for layout in candidates]
     least, layout = min(needs, key=lambda t: t[0])
-    if least > limit:
+    if search.limit is not None and least > search.limit:
+        kept = (f" (with headroom={headroom:g}: {format_bytes(search.limit)} of it may be "
+                f"planned)" if headroom else "")
         raise ValueError(f"memory_limit: {format_bytes(limit)} ({limit:,} bytes) is too small for "
-                         f"every layout on {_workers(candidates)} workers; the least any "
+                         f"every layout on {_workers(candidates)} workers{kept}; the least any "
                          f"rank can need is {format_bytes(least)} ({least:,} bytes), with "
                          f"{layout.describe()}")
+
+
+def _budget(limit: int | None, headroom: float) -> int | None:
+    """What a rank may be planned to hold: ``limit`` less ``headroom`` of it."""
+    if not isinstance(headroom, (int, float)) or isinstance(headroom, bool) \
+            or not 0 <= headroom < 1:
+        raise ValueError(f"headroom: expected a share of memory_limit in [0, 1), got "
+                         f"{headroom!r}")
+    return None if limit is None else int(limit * (1 - headroom))
 
 
 def _workers(candidates: Sequence[Layout]) -> int:
@@ -125,7 +141,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
          bandwidth: float | str | None = None, *, modes: Any = None, chunks: int | None = None,
          compact: bool | None = None, schedules: Any = None, profile: Profile | None = None,
          cluster: Any = None, latency: float | None = None, seed: int = 0,
-         repeats: int = 2) -> Plan:
+         repeats: int = 2, headroom: float = HEADROOM) -> Plan:
     """How to run ``model`` on ``data`` with ``workers`` Dask workers: the fastest predicted
     layout that fits ``memory_limit``, among every mode, shape, split, chunk count and memory
     option.
@@ -145,8 +161,9 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         model: the stack (or a PyG ``BasicGNN`` / ``Sequential``, as ``gp.train`` takes it).
         data: the graph it trains on.
         workers: the Dask workers available (a layout may use fewer).
-        memory_limit: bytes a rank may hold (``"8GB"``, ``"512MiB"``); a limit no layout meets is
-            refused from the memory model before anything is profiled. (default: none)
+        memory_limit: bytes a rank may hold (``"8GB"``, ``"512MiB"``); every rank's estimate
+            must fit it less ``headroom``; a limit no layout meets is refused from the memory
+            model before anything is profiled. (default: none)
         bandwidth: bytes/s between workers (``"1GB/s"``). (default: what the profile measured
             between two workers, else 1 GB/s)
         modes: the modes to weigh, some of ``single``, ``pipeline``, ``graph``, ``hybrid``.
@@ -168,6 +185,9 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
             else :data:`~gnnpipe.plan.costs.DEFAULT_LATENCY`)
         seed: seeds chunkings and partitions (as ``gp.train``'s ``seed``).
         repeats: profiled epochs (medians), after one untimed epoch.
+        headroom: share of ``memory_limit`` kept free for what the estimate does not see
+            (allocator slack; see :data:`HEADROOM`); ``0`` plans up to the limit itself.
+            (default: ``0.1``)
 
     Returns:
         The :class:`~gnnpipe.plan.result.Plan`; ``plan.table()`` ranks every candidate and
@@ -177,6 +197,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
     data = check_inputs(model, data)
     top = _check(model, data, workers, chunks, latency, seed, repeats, profile, compact)
     limit = None if memory_limit is None else parse_bytes(memory_limit, "memory_limit")
+    budget = _budget(limit, headroom)
     given = Network(parse_bandwidth(bandwidth), DEFAULT_LATENCY if latency is None else latency)
     candidates = [c for c in layouts(workers, len(model), _modes(modes), compact,
                                       _schedules(schedules))
@@ -188,8 +209,8 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
     memory = MemoryModel(model, data, seed)
     clock = _Clock()
     if limit is not None:
-        _refuse(Search(model, data, _NO_PROFILE, memory, given, limit, max_chunks), candidates,
-                limit)
+        _refuse(Search(model, data, _NO_PROFILE, memory, given, budget, max_chunks), candidates,
+                limit, headroom)
     clock.lap("memory_check")
     if profile is None:
         # under a limit, one chunk at a time, 16-bit buffers and a quarter of a worker's blocks
@@ -199,14 +220,15 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
                                      pieces=None if limit is None else LIMITED_PIECES * slices)
     clock.lap("profile")
     net = _network(given, profile, bandwidth is not None, latency is not None)
-    search = Search(model, data, profile, memory, net, limit, max_chunks)
+    search = Search(model, data, profile, memory, net, budget, max_chunks)
     chosen, table = _rank([search.evaluate(layout) for layout in candidates], compact)
     clock.lap("search")
     logger.info("planned in %s", ", ".join(f"{k} {v:.1f} s" for k, v in clock.laps.items()))
     return Plan(layout=chosen.layout, epoch_time=chosen.epoch_time, peak_bytes=chosen.peak_bytes,
                 comm_bytes=chosen.comm_bytes, profile=profile, stage_times=chosen.stage_times,
                 timeline=chosen.timeline, candidates=table, workers=workers, memory_limit=limit,
-                bandwidth=net.bandwidth, latency=net.latency, seconds=clock.laps)
+                headroom=headroom if limit is not None else 0.0, bandwidth=net.bandwidth,
+                latency=net.latency, seconds=clock.laps)
 
 
 class _Clock:
@@ -267,7 +289,8 @@ def _reason(c: Candidate, chosen: Candidate, float32_fits: bool, compact: bool |
         return f"chosen: the fastest predicted epoch among the layouts that {fit}" if c.fits \
             else f"chosen: {fit}; this one needs the least"
     if not c.fits:
-        return f"needs {format_bytes(max(c.peak_bytes))} on a rank, over the memory limit"
+        return (f"needs {format_bytes(max(c.peak_bytes))} on a rank, over the memory limit "
+                f"(less its headroom)")
     if compact is None and float32_fits and c.layout.compact:
         return "stores or sends 16-bit values, not needed: a float32 layout fits"
     ratio = c.epoch_time / chosen.epoch_time if chosen.epoch_time > 0 else float("inf")

@@ -44,6 +44,8 @@ class Plan:
         candidates: one row per layout weighed, best first (:meth:`table`).
         workers: the workers it was planned for.
         memory_limit, bandwidth, latency: what it was planned under.
+        headroom: the share of ``memory_limit`` the plan kept free (every rank's estimate is at
+            most ``(1 - headroom) × memory_limit``).
         made_for: what the plan was made for, as its maker records it (the command line keeps
             ``model``, ``layers``, ``hidden`` and ``dataset`` here); saved with :meth:`to_json`.
         seconds: what planning took, by phase (``memory_check``: the refusal of a limit no
@@ -61,6 +63,7 @@ class Plan:
         default_factory=lambda: pd.DataFrame(columns=list(CANDIDATE_COLUMNS)))
     workers: int = 1
     memory_limit: int | None = None
+    headroom: float = 0.0
     bandwidth: float = DEFAULT_BANDWIDTH
     latency: float = DEFAULT_LATENCY
     made_for: dict[str, Any] = field(default_factory=dict)
@@ -151,7 +154,8 @@ class Plan:
             "layout": self.layout.to_dict(), "epoch_time": self.epoch_time,
             "peak_bytes": list(self.peak_bytes), "comm_bytes": self.comm_bytes,
             "stage_times": list(self.stage_times), "workers": self.workers,
-            "memory_limit": self.memory_limit, "bandwidth": self.bandwidth,
+            "memory_limit": self.memory_limit, "headroom": self.headroom,
+            "bandwidth": self.bandwidth,
             "latency": self.latency, "profile": _profile_dict(self.profile),
             "candidates": self.candidates.to_dict("records"), "seconds": dict(self.seconds),
         }
@@ -182,7 +186,8 @@ class Plan:
                 candidates=pd.DataFrame(values.get("candidates", []) if fmt == PLAN_FORMAT
                                         else [], columns=list(CANDIDATE_COLUMNS)),
                 workers=int(values.get("workers", layout.workers)),
-                memory_limit=values["memory_limit"], bandwidth=bandwidth, latency=latency,
+                memory_limit=values["memory_limit"],
+                headroom=float(values.get("headroom", 0.0)), bandwidth=bandwidth, latency=latency,
                 made_for=dict(values["made_for"]), seconds=dict(values.get("seconds", {})))
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"plan: a damaged gnnpipe plan ({type(err).__name__}: {err})") from None
@@ -204,6 +209,8 @@ class Plan:
 
     def __repr__(self) -> str:
         limit = "none" if self.memory_limit is None else format_bytes(self.memory_limit)
+        if self.memory_limit is not None and self.headroom:
+            limit += f", {self.headroom:.0%} kept free"
         head = (f"Plan: {self.layout.describe()} on {self.workers} workers, predicted epoch "
                 f"{self.epoch_time:.4g} s, peak {format_bytes(max(self.peak_bytes))} per rank, "
                 f"{format_bytes(self.comm_bytes)} sent per epoch (memory limit {limit})")
