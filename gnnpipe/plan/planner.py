@@ -24,8 +24,8 @@ from gnnpipe.plan.result import Plan
 from gnnpipe.plan.search import Candidate, Search
 from gnnpipe.pyg import as_stack
 
-__all__ = ["DEFAULT_SCHEDULES", "HEADROOM", "LIMITED_PIECES", "MAX_CHUNKS", "SCHEDULE_MARGIN", "memory_costs",
-           "plan"]
+__all__ = ["DEFAULT_SCHEDULES", "HEADROOM", "LIMITED_PIECES", "MAX_CHUNKS", "SCHEDULE_MARGIN",
+           "memory_costs", "plan"]
 
 logger = logging.getLogger(__name__)
 

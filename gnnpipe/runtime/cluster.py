@@ -15,7 +15,7 @@ from distributed.core import PooledRPCCall, Server, Status, rpc
 from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import RankNanny, rank_environment
 
-__all__ = ["Cluster", "WorkerLost", "check_cluster", "check_gpus", "free_port", "gpu_ids", "local_ranks",
+__all__ = ["Absence", "Cluster", "WorkerLost", "check_cluster", "check_gpus", "free_port", "gpu_ids", "local_ranks",
            "resolve"]
 
 logger = logging.getLogger(__name__)
@@ -116,8 +116,7 @@ class Cluster:
         (the pending futures cancelled) when one of ``workers`` is gone from the scheduler for
         :data:`GONE_AFTER_S`: Dask would keep a task pinned to a dead worker's address waiting
         forever, since its nanny brings the worker back under a new address."""
-        limits = self.memory_limits(workers)
-        missing_since: dict[str, float] = {}
+        limits, absence = self.memory_limits(workers), Absence(self, workers)
         pending = list(futures)
         while pending and not any(f.status == "error" for f in futures):
             try:
@@ -125,13 +124,10 @@ class Cluster:
             except TimeoutError:
                 pass
             pending = [f for f in futures if not f.done()]
-            alive, now = set(self.workers()), time.monotonic()
-            for w in workers:
-                if w in alive:
-                    missing_since.pop(w, None)
-                elif now - missing_since.setdefault(w, now) >= GONE_AFTER_S:
-                    self.client.cancel(pending)
-                    raise WorkerLost(w, limits.get(w, 0))
+            lost = [w for w, gone in absence.seconds().items() if gone >= GONE_AFTER_S]
+            if lost:
+                self.client.cancel(pending)
+                raise WorkerLost(lost[0], limits.get(lost[0], 0))
         return self.client.gather(futures)
 
     def memory_limits(self, workers: list[str]) -> dict[str, int]:
@@ -314,3 +310,22 @@ def _never_pause(dask_worker: Worker) -> None:
     dask_worker.memory_manager.memory_pause_fraction = False
     if dask_worker.status == Status.paused:
         dask_worker.status = Status.running
+
+
+class Absence:
+    """How long each of ``workers`` has been missing from ``cluster``'s scheduler (a dead
+    worker's nanny brings it back under a new address, so work pinned to it never runs)."""
+
+    def __init__(self, cluster: Cluster, workers: list[str]) -> None:
+        self.cluster, self.workers = cluster, workers
+        self._since: dict[str, float] = {}
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds each worker has been absent, asked of the scheduler now (0: present)."""
+        alive, now = set(self.cluster.workers()), time.monotonic()
+        for w in self.workers:
+            if w in alive:
+                self._since.pop(w, None)
+            else:
+                self._since.setdefault(w, now)
+        return {w: now - self._since.get(w, now) for w in self.workers}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from distributed import Future, wait
 
 from gnnpipe.run import history_from  # noqa: F401 - where the dashboard merges live records
-from gnnpipe.runtime.cluster import Cluster, free_port, local_ranks
+from gnnpipe.runtime.cluster import Absence, Cluster, free_port, local_ranks
 from gnnpipe.runtime.placement import claim, claim_lock, probe, rank_key, rank_prefix
 from gnnpipe.runtime.rank import run_rank
 from gnnpipe.runtime.spec import Attempt, JobSpec, RankResult
@@ -117,7 +117,7 @@ def _watch(cluster: Cluster, workers: list[str], futures: list[Future],
     rank_of = {f.key: r for r, f in enumerate(futures)}
     pending = set(futures)
     failures: dict[int, Failure] = {}
-    missing_since: dict[int, float] = {}
+    absence = Absence(cluster, workers)
     first_failure: float | None = None
     while pending:
         try:
@@ -132,7 +132,7 @@ def _watch(cluster: Cluster, workers: list[str], futures: list[Future],
                 failures[rank_of[f.key]] = Failure(rank_of[f.key], kind,
                                                    f"{type(exc).__name__}: {exc}")
         now = time.monotonic()
-        _note_dead(set(cluster.workers()), workers, failures, missing_since, now)
+        _note_dead(absence.seconds(), workers, failures)
         if not failures:
             continue
         first_failure = first_failure or now
@@ -153,16 +153,14 @@ def _watch(cluster: Cluster, workers: list[str], futures: list[Future],
     return failures
 
 
-def _note_dead(alive: set[str], workers: list[str], failures: dict[int, Failure],
-               missing_since: dict[int, float], now: float) -> None:
-    """Mark the ranks whose worker left the scheduler for good as dead."""
+def _note_dead(absent: dict[str, float], workers: list[str],
+               failures: dict[int, Failure]) -> None:
+    """Mark the ranks whose worker left the scheduler for good (``absent``: seconds each
+    worker has been missing) as dead."""
     for r, w in enumerate(workers):
-        if w in alive:
-            missing_since.pop(r, None)
-            continue
         # A loaded worker can miss heartbeats and drop off the scheduler for a while; a dead
         # one also breaks its peers' connections, so their errors confirm it quickly.
-        gone = now - missing_since.setdefault(r, now)
+        gone = absent[w]
         confirmed = gone >= _DEAD_AFTER_S and any(q != r for q in failures)
         if (confirmed or gone >= _SURELY_DEAD_AFTER_S) and (
                 r not in failures or failures[r].kind is FailureKind.FALLOUT):

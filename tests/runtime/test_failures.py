@@ -115,7 +115,9 @@ def test_workers_dask_paused_for_memory_still_profile_and_train(small_graph):
         client = capped.client
         client.gather([client.submit(_hold_until, 0.86, workers=[w], pure=False)
                        for w in capped.workers()])
-        deadline = time.monotonic() + 60  # Dask's memory monitor looks every 100 ms
+        # Dask signals no event when it pauses a worker: poll the state its memory monitor sets
+        # (every 100 ms), up to a deadline
+        deadline = time.monotonic() + 60
         while _statuses(client) != {"paused"} and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _statuses(client) == {"paused"}
