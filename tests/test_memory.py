@@ -12,7 +12,7 @@ import torch
 import gnnpipe as gp
 from dashboard.stream import ReplaySource
 from dashboard.views.ranks import memory_table
-from gnnpipe.engine.memory import MemoryMeter, resident_bytes
+from gnnpipe.engine.memory import HeapCeiling, MemoryMeter, resident_bytes
 from gnnpipe.run import MEMORY_COLUMNS
 
 MiB = 2**20
@@ -29,6 +29,29 @@ def test_the_meter_counts_what_is_allocated_after_it_begins():
     assert meter(record) is False and record["peak_bytes"] >= 63 * MiB
     assert record["device_peak_bytes"] == 0 and record["baseline_bytes"] == meter.baseline
     assert meter.begin().peak() < 16 * MiB  # a new start forgets the earlier block
+
+
+def test_a_heap_ceiling_hands_back_the_holes_freed_tensors_leave():
+    """Tensors below glibc's mmap threshold live in the heap; freeing every other one leaves
+    holes that stay resident until the ceiling trims them, and it trims again only after the
+    process has grown by its slack."""
+    tensors = [torch.ones(16 * 1024) for _ in range(1024)]  # 64 KiB each: heap blocks
+    del tensors[::2]  # 32 MiB of holes between the tensors still held
+    held = resident_bytes()
+    ceiling = HeapCeiling(1)
+    ceiling()
+    assert ceiling.trims == 1 and resident_bytes() < held - 16 * MiB
+    ceiling()
+    assert ceiling.trims == 1  # nothing grew since: no futile trim every op
+    block = torch.ones(64 * MiB // 4)
+    ceiling()
+    assert ceiling.trims == 2
+    roomy = HeapCeiling(1 << 50)
+    roomy()
+    assert roomy.trims == 0
+    del block, tensors
+    with pytest.raises(ValueError, match="ceiling: expected a positive number of bytes, got 0"):
+        HeapCeiling(0)
 
 
 def test_one_process_runs_do_not_count_the_callers_memory(small_graph):

@@ -467,6 +467,31 @@ def test_a_limited_plan_profiles_a_quarter_of_a_workers_blocks_at_a_time(cluster
     assert all(b.exact_forward_s == 0 for b in planned.profile.blocks)
 
 
+@pytest.mark.parametrize("workers, cores, threads, at_once", [
+    (4, 2, 1, 2), (4, 0, 1, 4), (2, 2, 2, 1), (1, 8, 1, 1), (4, 8, 2, 4), (3, 1, 4, 1)])
+def test_no_more_workers_profile_at_once_than_the_host_has_cores(workers, cores, threads,
+                                                                 at_once):
+    from gnnpipe.plan.profile import _at_once
+
+    assert _at_once(workers, cores, threads) == at_once
+
+
+def test_a_profile_for_more_ranks_than_cores_is_timed_on_as_many_as_the_cores(cluster, model,
+                                                                                small_graph):
+    """Four workers on fewer cores would each time a share of a core: the profile runs on as
+    many workers as the host's cores hold, each timing its share of the stages, and records
+    how many ran at once so that costs scale to the four ranks."""
+    from gnnpipe.plan.profile import profile_on_workers
+
+    four = profile_on_workers(cluster, 4, model, small_graph, 8, repeats=1)
+    assert [b.index for b in four.blocks] == list(range(len(model)))
+    assert four.threads == 1
+    assert four.concurrent == (min(4, four.cores) if four.cores else 4)
+    assert four.slowdown(four.concurrent) == pytest.approx(1.0)
+    if four.cores and four.cores < 4:
+        assert four.slowdown(4) >= 4 / four.cores
+
+
 def test_plan_considers_chunk_counts_only_up_to_the_profiled_reach(model, small_graph, profile):
     """Per-row and per-chunk costs are a line through the profile's chunk sizes; candidates
     stay within it instead of extrapolating the line."""

@@ -10,7 +10,7 @@ on each rank and adds communication, so both compute exactly the same thing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,6 +164,9 @@ class StageExecutor:
         # stage but the last) does the buffers' upkeep there (:meth:`between_phases`) instead of
         # at the epoch's start, where the first stage has no time to spare.
         self.upkeep_between_phases = False
+        #: Runs after every chunk's forward and backward (a rank under a memory limit trims
+        #: its heap there: :class:`~gnnpipe.engine.memory.HeapCeiling`).
+        self.after_op: Callable[[], None] | None = None
         #: Rows of a recompute-cache slot (:meth:`LayerBuffers.keep_z`), 0 for a full-graph
         #: cache: an engine running few chunks at a time (1F1B) sets it to the tallest chunk's.
         self.slot_rows = 0
@@ -327,6 +330,7 @@ class StageExecutor:
         with grad_mode:
             outputs = self._run(chunk, leaves, cache, replay=False, target=target)
         self.saved[chunk] = _Saved(leaves, [] if self.recompute else outputs, cache, target)
+        self._after_op()
         if self.is_last:
             return [o.detach() for o in outputs]
         return [self._on_wire(o.detach()) for o in outputs]
@@ -347,8 +351,13 @@ class StageExecutor:
             pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        self._after_op()
         return [self._on_wire(t.grad) if t.requires_grad and t.grad is not None else None
                 for t in saved.inputs]
+
+    def _after_op(self) -> None:
+        if self.after_op is not None:
+            self.after_op()
 
     def _on_wire(self, t: Tensor) -> Tensor:
         """``t`` rounded to :attr:`wire_dtype`, in its own dtype (itself when they agree)."""

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["MemoryMeter", "release_freed_memory", "resident_bytes"]
+__all__ = ["HeapCeiling", "MemoryMeter", "release_freed_memory", "resident_bytes"]
 
 
 def release_freed_memory() -> bool:
@@ -63,6 +63,33 @@ def _status(field: str) -> int | None:
 def resident_bytes() -> int:
     """This process's resident set size now, in bytes (0 where ``/proc`` is missing)."""
     return _status("VmRSS") or 0
+
+
+class HeapCeiling:
+    """Hands freed heap memory back to the OS whenever the process holds more than ``ceiling``
+    bytes: call it after each chunk op.
+
+    Chunk-sized tensors (below glibc's mmap threshold) live in the heap, and a chunk's stashed
+    activations interleave there with the freed temporaries of its ops: the holes stay resident.
+    Under the ``lean`` allocator a 2-stage GCN-16 rank (50,000 nodes, 16 chunks of 800 KB
+    tensors) held 1.2-1.6× what it used, while ``gp.estimate_memory`` counts what it uses.
+    Trimming costs time (every freed page faults in anew), so it happens only above the
+    ceiling, and again only once the process has grown by ``slack`` bytes past what the last
+    trim left (a process that really holds more than the ceiling is not trimmed every op).
+    """
+
+    def __init__(self, ceiling: int, slack: int = 32 << 20) -> None:
+        if ceiling <= 0:
+            raise ValueError(f"ceiling: expected a positive number of bytes, got {ceiling}")
+        self.ceiling, self.slack = ceiling, slack
+        self.trims = 0
+        self._left = 0  # what the process held after the last trim
+
+    def __call__(self) -> None:
+        held = resident_bytes()
+        if held > max(self.ceiling, self._left + self.slack) and release_freed_memory():
+            self.trims += 1
+            self._left = resident_bytes()
 
 
 class MemoryMeter:

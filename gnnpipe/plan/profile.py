@@ -252,6 +252,16 @@ def _shared_cores(client: Any, addresses: Sequence[str]) -> int:
     return next(iter(found))[1] if len(found) == 1 else 0
 
 
+def _at_once(workers: int, cores: int, threads: int) -> int:
+    """How many of ``workers`` profile at once: on one host of ``cores`` cores no more than its
+    cores hold (``threads`` each), or all of them where the cores are unknown (0). Ranks taking
+    turns on a core time whatever share of it the OS gave them: a GCNII-16 Facebook plan for 4
+    workers profiled on all 4 of this 2-core machine's workers predicted every layout about 2×
+    too fast (single 1.34 s, measured 2.74 s). :meth:`Profile.slowdown` scales the costs
+    measured on fewer ranks to more ranks than cores instead."""
+    return min(workers, max(cores // max(threads, 1), 1)) if cores else workers
+
+
 def check_inputs(model: LayerStack, data: Data) -> Data:
     """The graph ready (a Dataset's graph, masks from a stored ``split_idx``) and fitting the
     model, with float32 features: :func:`gnnpipe.datasets.fit.model_graph`."""
@@ -286,12 +296,14 @@ def _naming_dead_workers(cluster: Any, addresses: list[str]) -> Iterator[None]:
 
 def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data,
                        chunks: int = 8, pieces: int | None = None, **kwargs: Any) -> Profile:
-    """:func:`profile_model` on ``workers`` Dask workers at once, each timing the blocks of one
-    stage of the uniform split: every op is timed while the workers share the machine (memory
-    bandwidth, caches) and each holds a stage's share of buffers, as in the pipeline. With
-    ``pieces`` (more than ``workers``) the blocks are profiled in that many consecutive ranges,
-    a worker's share one range after another, so a worker holds only a range's buffers (under
-    a memory limit). Workers run :data:`WORKER_WARMUP` untimed epochs first unless ``warmup``
+    """:func:`profile_model` on ``workers`` Dask workers, the blocks of each stage of the
+    uniform split timed by one of them, at once: every op is timed while the workers share the
+    machine (memory bandwidth, caches) and each holds a stage's share of buffers, as in the
+    pipeline. On one host with fewer cores than the workers' threads, only as many workers as
+    its cores hold profile (:func:`_at_once`), each its share of the stages one after another.
+    With ``pieces`` (more than ``workers``) the blocks are profiled in that many consecutive
+    ranges, a worker's share one range after another, so a worker holds only a range's buffers
+    (under a memory limit). Workers run :data:`WORKER_WARMUP` untimed epochs first unless ``warmup``
     is given. Then two of them measure what a message between them costs (the profile's
     ``latency`` and ``bandwidth``)."""
     from gnnpipe.engine.local import stage_ranges
@@ -306,22 +318,21 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
         if len(addresses) < workers:
             raise ValueError(f"cluster: profiling on {workers} workers, the cluster has "
                              f"{len(addresses)}")
-        client = handle.client
-        handle.keep_running(addresses[:workers])
-        shipped = client.scatter([model, data], broadcast=True, hash=False)
+        client, threads = handle.client, handle.threads_per_worker
+        cores = _shared_cores(client, addresses[:workers])
+        busy = addresses[:_at_once(workers, cores, threads)]
+        handle.keep_running(busy)
+        shipped = client.scatter([model, data], broadcast=True, hash=False, workers=busy)
         ranges = stage_ranges(len(model), min(max(pieces or 0, workers), len(model)))
-        futures = [client.submit(profile_model, *shipped, chunks, blocks=blocks,
-                                 threads=handle.threads_per_worker,
-                                 workers=[addresses[i * workers // len(ranges)]],
+        futures = [client.submit(profile_model, *shipped, chunks, blocks=blocks, threads=threads,
+                                 workers=[busy[i * len(busy) // len(ranges)]],
                                  allow_other_workers=False, pure=False, **kwargs)
                    for i, blocks in enumerate(ranges)]
-        with _naming_dead_workers(handle, addresses[:workers]):
-            joined = Profile.join(handle.gather_pinned(futures, addresses[:workers]))
+        with _naming_dead_workers(handle, busy):
+            joined = Profile.join(handle.gather_pinned(futures, busy))
             link = measure_link(handle) or (0.0, 0.0)
-        return dataclasses.replace(joined, concurrent=workers,
-                                   cores=_shared_cores(client, addresses[:workers]),
-                                   threads=handle.threads_per_worker, latency=link[0],
-                                   bandwidth=link[1])
+        return dataclasses.replace(joined, concurrent=len(busy), cores=cores, threads=threads,
+                                   latency=link[0], bandwidth=link[1])
     finally:
         if owned:
             handle.close()

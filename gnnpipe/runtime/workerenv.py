@@ -24,8 +24,11 @@ from typing import Any
 import dask
 from distributed import Nanny
 
-__all__ = ["COSTS", "MALLOC_VAR", "Allocator", "RankNanny", "WorkerEnvironment", "check_workers",
-           "inspect_worker", "rank_environment", "transparent_huge_pages"]
+from gnnpipe.engine.memory import HeapCeiling
+
+__all__ = ["COSTS", "HEAP_CEILING", "MALLOC_VAR", "Allocator", "RankNanny", "WorkerEnvironment",
+           "check_workers", "heap_ceiling", "inspect_worker", "rank_environment",
+           "transparent_huge_pages"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +91,24 @@ class Allocator(str, Enum):
         if self is not Allocator.GLIBC and transparent_huge_pages():
             env["THP_MEM_ALLOC_ENABLE"] = "1"
         return env
+
+
+#: The share of its Dask ``memory_limit`` above which a rank trims its heap after each chunk op
+#: (the nanny kills a worker past 95%).
+HEAP_CEILING = 0.9
+
+
+def heap_ceiling() -> HeapCeiling | None:
+    """For a rank in a Dask worker with a ``memory_limit``: a :class:`HeapCeiling` at
+    :data:`HEAP_CEILING` of it, so that a rank whose live tensors fit is not killed for the
+    holes freed chunk tensors leave in its heap; elsewhere None."""
+    try:
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+    except (ValueError, AttributeError):  # not in a Dask worker
+        return None
+    return HeapCeiling(int(HEAP_CEILING * limit)) if limit else None
 
 
 #: Every variable an :class:`Allocator` sets, with its value.

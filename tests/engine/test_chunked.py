@@ -114,6 +114,21 @@ def test_forward_reads_historical_rows_and_backward_pulls():
     assert torch.allclose(buf.dZ[:2], 2 * g0)
 
 
+def test_after_op_runs_once_per_chunk_forward_and_backward():
+    """The hook a rank under a memory limit trims its heap in, after every chunk op."""
+    ex, _ = _path_executor(Techniques(random_order=False, snapshot=False), input_grad=True,
+                           recompute=True)
+    ran: list[tuple[int, int]] = []
+    ex.after_op = lambda: ran.append((len(ex.saved), len(ex.buffers)))
+    x = torch.randn(4, 2)
+    ex.begin_epoch(0)
+    ex.forward(0, [x[:2]])
+    ex.forward(1, [x[2:]])
+    ex.backward(1, [torch.ones(2, 2)])
+    ex.backward(0, [torch.ones(2, 2)])
+    assert [saved for saved, _ in ran] == [1, 2, 1, 0]  # after each op, its chunk stashed/freed
+
+
 def test_pull_backward_gradient_of_a_middle_stage():
     ex, A = _path_executor(Techniques(random_order=False, snapshot=False, unbiased_grad=False),
                            input_grad=True)

@@ -119,6 +119,29 @@ def test_release_freed_memory_hands_a_fragmented_heap_back() -> None:
     assert len(kept) == 32
 
 
+def _ceiling_here() -> int:
+    from gnnpipe.runtime.workerenv import heap_ceiling
+
+    found = heap_ceiling()
+    return 0 if found is None else found.ceiling
+
+
+def test_a_rank_trims_its_heap_above_its_share_of_the_memory_limit(cluster) -> None:
+    """A rank in a Dask worker with a ``memory_limit`` hands freed heap back above 90% of it
+    (the nanny kills at 95%); outside a worker nothing is trimmed."""
+    from gnnpipe.runtime.workerenv import HEAP_CEILING
+
+    assert _ceiling_here() == 0
+    client = cluster.client
+    workers = list(client.scheduler_info()["workers"])
+    ceilings = dict(zip(workers, client.gather([
+        client.submit(_ceiling_here, workers=[w], allow_other_workers=False, pure=False)
+        for w in workers])))
+    limits = cluster.memory_limits(workers)
+    assert ceilings == {w: int(HEAP_CEILING * limits[w]) for w in ceilings}
+    assert all(limits.values())
+
+
 def test_ranks_and_one_process_modes_flush_subnormals(cluster, small_graph) -> None:
     """Every mode's epochs flush subnormal floats (x86 arithmetic on them is many times slower:
     a deep stack's vanishing gradients reach them): a block that raises where they survive
