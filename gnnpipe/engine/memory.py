@@ -78,7 +78,7 @@ class HeapCeiling:
     trim left (a process that really holds more than the ceiling is not trimmed every op).
     """
 
-    def __init__(self, ceiling: int, slack: int = 32 << 20) -> None:
+    def __init__(self, ceiling: int, slack: int = 8 << 20) -> None:
         if ceiling <= 0:
             raise ValueError(f"ceiling: expected a positive number of bytes, got {ceiling}")
         self.ceiling, self.slack = ceiling, slack

@@ -94,8 +94,9 @@ class Allocator(str, Enum):
 
 
 #: The share of its Dask ``memory_limit`` above which a rank trims its heap after each chunk op
-#: (the nanny kills a worker past 95%).
-HEAP_CEILING = 0.9
+#: (Dask's own pause threshold; the nanny kills a worker past 95%, and at 90% a 1F1B rank's
+#: ops outgrew the 5% between: ``benchmarks/heap_ceiling.py``).
+HEAP_CEILING = 0.8
 
 
 def heap_ceiling() -> HeapCeiling | None:
