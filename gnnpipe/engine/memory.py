@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import resource
 import sys
 from typing import Any
@@ -34,14 +35,21 @@ import torch
 __all__ = ["HeapCeiling", "MemoryMeter", "release_freed_memory", "resident_bytes"]
 
 
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, looked up once (``find_library`` runs ``ldconfig``); None
+    elsewhere."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
+
+
 def release_freed_memory() -> bool:
     """Hand the memory glibc keeps from freed tensors back to the OS (``malloc_trim(0)``);
     whether it could. Not glibc: nothing to do."""
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None
+    trim = _malloc_trim()
     if trim is None:
         return False
     trim(0)

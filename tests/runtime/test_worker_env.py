@@ -127,7 +127,7 @@ def _ceiling_here() -> int:
 
 
 def test_a_rank_trims_its_heap_above_its_share_of_the_memory_limit(cluster) -> None:
-    """A rank in a Dask worker with a ``memory_limit`` hands freed heap back above 90% of it
+    """A rank in a Dask worker with a ``memory_limit`` hands freed heap back above 80% of it
     (the nanny kills at 95%); outside a worker nothing is trimmed."""
     from gnnpipe.runtime.workerenv import HEAP_CEILING
 
