@@ -67,6 +67,7 @@ def _measured(run: Any) -> dict[str, Any]:
     memory = run.memory().set_index("rank")
     return {"peaks": [int(p) for p in memory["peak_bytes"]],
             "baselines": [int(b) for b in memory["baseline_bytes"]],
+            "trims": [int(t) for t in memory["heap_trims"]],
             "epoch_s": statistics.median(run.history["epoch_time"].iloc[1:])}
 
 
@@ -108,19 +109,20 @@ def markdown(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
               f"shared) · GCN-16 hidden 64, 50,000 nodes, degree 20 · pipeline 2 × 16 on 2 "
               f"workers, 1 thread each, lean allocator · {EPOCHS} epochs"), "",
              ("| case | estimate MB | no limit: peak MB | ÷ estimate | s/epoch | limit MB | "
-              "under it: peak MB | ÷ estimate | s/epoch |"),
-             "|---|---|---|---|---:|---:|---|---|---:|"]
+              "under it: peak MB | ÷ estimate | s/epoch | trims |"),
+             "|---|---|---|---|---:|---:|---|---|---:|---|"]
     for r in rows:
         est, free, capped = r["estimate"], r["free"], r["capped"]
-        under = (f"failed: {capped['failed']} | | " if "failed" in capped else
+        under = (f"failed: {capped['failed']} | | | " if "failed" in capped else
                  f"{mb(capped['peaks'])} | {ratio(capped['peaks'], est)} | "
-                 f"{capped['epoch_s']:.3f}")
+                 f"{capped['epoch_s']:.3f} | {' / '.join(map(str, capped['trims']))}")
         lines.append(f"| {r['case']} | {mb(est)} | {mb(free['peaks'])} | "
                      f"{ratio(free['peaks'], est)} | {free['epoch_s']:.3f} | "
                      f"{r['limit'] / MB:.0f} | {under} |")
     lines += ["", ("Peaks per rank (rank 0 / rank 1) above each worker's resident size at the "
                    "run's start. The largest rank's start size plus its estimate fill 90% of the "
-                   "limit; ranks trim their heaps past 80%, the nanny kills a worker past 95%.")]
+                   "limit; ranks trim their heaps past 80% (trims: how often, per rank, "
+                   "`run.memory()['heap_trims']`), the nanny kills a worker past 95%.")]
     return "\n".join(lines) + "\n"
 
 

@@ -28,7 +28,9 @@ EVENT_COLUMNS = ("epoch", "event", "attempt", "rank", "cause")
 #: ``run.memory()``: per rank, the most resident memory its run added to its process
 #: (``peak_bytes``), the resident size it started from (``baseline_bytes``) and torch's peak on a
 #: CUDA device (``device_peak_bytes``, 0 on the CPU); :mod:`gnnpipe.engine.memory` says how.
-MEMORY_COLUMNS = ("rank", "peak_bytes", "baseline_bytes", "device_peak_bytes")
+#: ``heap_trims``: how often a rank near its Dask ``memory_limit`` handed freed heap back to the
+#: OS (:class:`~gnnpipe.engine.memory.HeapCeiling`; each costs time, 0 far from a limit).
+MEMORY_COLUMNS = ("rank", "peak_bytes", "baseline_bytes", "device_peak_bytes", "heap_trims")
 
 
 def events_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -63,9 +65,11 @@ def memory_from(records: list[dict[str, Any]]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=list(MEMORY_COLUMNS)).astype("int64")
     frame = pd.DataFrame(rows)
-    per_rank = frame.groupby("rank").agg(peak_bytes=("peak_bytes", "max"),
-                                         baseline_bytes=("baseline_bytes", "last"),
-                                         device_peak_bytes=("device_peak_bytes", "max"))
+    if "heap_trims" not in frame:  # records from before trims were counted
+        frame["heap_trims"] = 0
+    per_rank = frame.fillna({"heap_trims": 0}).groupby("rank").agg(
+        peak_bytes=("peak_bytes", "max"), baseline_bytes=("baseline_bytes", "last"),
+        device_peak_bytes=("device_peak_bytes", "max"), heap_trims=("heap_trims", "max"))
     return per_rank.reset_index().reindex(columns=list(MEMORY_COLUMNS)).astype("int64")
 
 

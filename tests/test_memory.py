@@ -59,8 +59,33 @@ def test_a_heap_ceiling_trims_above_it_and_again_only_after_growth(monkeypatch):
     held[0] = 400 * MiB
     ceiling()
     assert ceiling.trims == 2  # under the ceiling
+    held[0] = 600 * MiB
+    ceiling()  # back above it, though below what the last trim left: trims again
+    assert trims[-1] == 600 * MiB and ceiling.trims == 3
     with pytest.raises(ValueError, match="ceiling: expected a positive number of bytes, got 0"):
         HeapCeiling(0)
+    with pytest.raises(ValueError, match="slack: expected a non-negative number of bytes, got -1"):
+        HeapCeiling(MiB, slack=-1)
+
+
+def test_a_meter_records_its_ceilings_trims(monkeypatch):
+    from gnnpipe.engine import memory
+
+    ceiling = HeapCeiling(MiB)
+    record: dict = {}
+    MemoryMeter(ceiling=ceiling).begin()(record)
+    assert record["heap_trims"] == 0
+    ceiling.trims = 3
+    MemoryMeter(ceiling=ceiling)(record)
+    assert record["heap_trims"] == 3
+    MemoryMeter()(record)
+    assert record["heap_trims"] == 0  # no ceiling (one-process modes, no memory_limit)
+    memory._malloc_trim.cache_clear()
+    try:  # without glibc's malloc_trim (musl, macOS) nothing is trimmed, and it says so
+        monkeypatch.setattr(memory.ctypes, "CDLL", lambda name: object())
+        assert memory.release_freed_memory() is False
+    finally:
+        memory._malloc_trim.cache_clear()
 
 
 def test_one_process_runs_do_not_count_the_callers_memory(small_graph):
@@ -100,6 +125,9 @@ def test_local_reports_one_rank_and_a_saved_run_keeps_it(small_graph, tmp_path):
     pd.testing.assert_frame_equal(replay.memory, memory)
     text = memory_table(memory)
     assert "| 0 |" in text and "MiB" in text
+    assert int(memory["heap_trims"][0]) == 0 and "trimmed" not in text  # no memory limit
+    trimmed = memory_table(memory.assign(heap_trims=[7]))
+    assert "ranks trimmed their heaps (rank 0 7×)" in trimmed
 
 
 def test_memory_table_without_reports_says_so():

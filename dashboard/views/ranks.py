@@ -110,8 +110,12 @@ def memory_table(memory: pd.DataFrame) -> str:
         return "Peak memory: none reported yet."
     rows = "".join(f"| {int(r.rank)} | {_size(int(r.peak_bytes))} |\n"
                    for r in memory.itertuples())
+    trims = memory["heap_trims"] if "heap_trims" in memory else pd.Series(dtype="int64")
+    near = ", ".join(f"rank {int(r)} {int(t)}×" for r, t in zip(memory["rank"], trims) if t)
     return ("| rank | peak memory |\n|---|---:|\n" + rows
-            + "\nwhat each rank's run added to its process's resident memory at its highest")
+            + "\nwhat each rank's run added to its process's resident memory at its highest"
+            + (f"; near their memory limits ranks trimmed their heaps ({near}), at a cost in "
+               "time" if near else ""))
 
 
 def _size(n: int) -> str:

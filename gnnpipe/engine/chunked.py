@@ -351,9 +351,11 @@ class StageExecutor:
             pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        self._after_op()
-        return [self._on_wire(t.grad) if t.requires_grad and t.grad is not None else None
+        sent = [self._on_wire(t.grad) if t.requires_grad and t.grad is not None else None
                 for t in saved.inputs]
+        del saved, outputs, pairs  # the chunk's tensors go before the hook looks at memory
+        self._after_op()
+        return sent
 
     def _after_op(self) -> None:
         if self.after_op is not None:

@@ -37,13 +37,15 @@ __all__ = ["HeapCeiling", "MemoryMeter", "release_freed_memory", "resident_bytes
 
 @functools.cache
 def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim``, looked up once (``find_library`` runs ``ldconfig``); None
-    elsewhere."""
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        return None
+    """glibc's ``malloc_trim``, looked up once: among the symbols the process has loaded, else
+    in the C library ``find_library`` names (it runs ``ldconfig``, which minimal images lack);
+    None elsewhere (musl, macOS, Windows)."""
+    for name in (None, ctypes.util.find_library("c")):
+        try:
+            return ctypes.CDLL(name).malloc_trim
+        except (OSError, AttributeError, TypeError):
+            continue
+    return None
 
 
 def release_freed_memory() -> bool:
@@ -83,19 +85,24 @@ class HeapCeiling:
     tensors) held 1.2-1.6× what it used, while ``gp.estimate_memory`` counts what it uses.
     Trimming costs time (every freed page faults in anew), so it happens only above the
     ceiling, and again only once the process has grown by ``slack`` bytes past what the last
-    trim left (a process that really holds more than the ceiling is not trimmed every op).
+    trim left (a process that really holds more than the ceiling is not trimmed every op);
+    once it is back under the ceiling, the next op above it trims again.
     """
 
     def __init__(self, ceiling: int, slack: int = 8 << 20) -> None:
         if ceiling <= 0:
             raise ValueError(f"ceiling: expected a positive number of bytes, got {ceiling}")
+        if slack < 0:
+            raise ValueError(f"slack: expected a non-negative number of bytes, got {slack}")
         self.ceiling, self.slack = ceiling, slack
         self.trims = 0
-        self._left = 0  # what the process held after the last trim
+        self._left = 0  # what the process held after the last trim (0: under the ceiling since)
 
     def __call__(self) -> None:
         held = resident_bytes()
-        if held > max(self.ceiling, self._left + self.slack) and release_freed_memory():
+        if held <= self.ceiling:
+            self._left = 0
+        elif held > self._left + self.slack and release_freed_memory():
             self.trims += 1
             self._left = resident_bytes()
 
@@ -104,11 +111,15 @@ class MemoryMeter:
     """This process's peak memory since :meth:`begin`, added to every epoch record.
 
     Use it as the first epoch callback of :func:`gnnpipe.engine.driver.drive`: it sets the
-    record's ``peak_bytes``, ``baseline_bytes`` and ``device_peak_bytes`` and never stops the run.
+    record's ``peak_bytes``, ``baseline_bytes``, ``device_peak_bytes`` and ``heap_trims`` (how
+    often ``ceiling``, the process's :class:`HeapCeiling` if it has one, trimmed so far) and
+    never stops the run.
     """
 
-    def __init__(self, device: torch.device | str = "cpu") -> None:
+    def __init__(self, device: torch.device | str = "cpu",
+                 ceiling: HeapCeiling | None = None) -> None:
         self.device = torch.device(device)
+        self.ceiling = ceiling
         self.baseline = 0
 
     def begin(self) -> MemoryMeter:
@@ -140,5 +151,6 @@ class MemoryMeter:
 
     def __call__(self, record: dict[str, Any]) -> bool:
         record.update(peak_bytes=self.peak(), baseline_bytes=self.baseline,
-                      device_peak_bytes=self.device_peak())
+                      device_peak_bytes=self.device_peak(),
+                      heap_trims=0 if self.ceiling is None else self.ceiling.trims)
         return False

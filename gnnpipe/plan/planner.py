@@ -40,8 +40,9 @@ DEFAULT_SCHEDULES = (TrainSchedule.GNNPIPE, TrainSchedule.ONE_F_ONE_B)
 SCHEDULE_MARGIN = 0.05
 #: Share of ``memory_limit`` a plan keeps free by default: a layout fits when every rank's
 #: estimate is at most ``(1 - headroom) × memory_limit``. Measured, ranks whose chunk tensors are
-#: under 1 MiB hold up to ~25% more than estimated (glibc's heap keeps holes between them), and
-#: a capped run whose estimate was a few percent under the limit was killed.
+#: under 1 MiB hold 1.2-1.6× their estimate (glibc's heap keeps holes between them) unless a Dask
+#: ``memory_limit`` makes them trim (1.02-1.13×: ``benchmarks/heap_ceiling.py``), and a capped
+#: run whose estimate was a few percent under the limit was killed.
 HEADROOM = 0.1
 #: Under a memory limit a worker profiles its share of the blocks in this many ranges, one after
 #: another (a 100,000-node GCNII-32's half, 17 blocks with their buffers, overran workers capped

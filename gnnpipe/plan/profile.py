@@ -15,7 +15,6 @@ import contextlib
 import copy
 import dataclasses
 import math
-import os
 import socket
 import time
 from collections.abc import Iterator, Sequence
@@ -245,9 +244,17 @@ def _per_row_and_chunk(total: float, tiny: float, chunks: int, rows: int,
     return per_row, per_chunk
 
 
+def _host_cores() -> tuple[str, int]:
+    """This host's name and the cores this process may use (Dask's count: its CPU affinity and
+    cgroup quota, not the machine's cores)."""
+    from dask.system import CPU_COUNT
+
+    return socket.gethostname(), CPU_COUNT
+
+
 def _shared_cores(client: Any, addresses: Sequence[str]) -> int:
     """The cores of the one host all ``addresses`` run on (0 if they run on several)."""
-    hosts = client.run(lambda: (socket.gethostname(), os.cpu_count() or 1), workers=addresses)
+    hosts = client.run(_host_cores, workers=addresses)
     found = set(hosts.values())
     return next(iter(found))[1] if len(found) == 1 else 0
 
@@ -324,14 +331,14 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
         handle.keep_running(busy)
         shipped = client.scatter([model, data], broadcast=True, hash=False, workers=busy)
         ranges = stage_ranges(len(model), min(max(pieces or 0, workers), len(model)))
+        owners = [busy[i * len(busy) // len(ranges)] for i in range(len(ranges))]
         futures = [client.submit(profile_model, *shipped, chunks, blocks=blocks, threads=threads,
-                                 workers=[busy[i * len(busy) // len(ranges)]],
-                                 allow_other_workers=False, pure=False, **kwargs)
-                   for i, blocks in enumerate(ranges)]
+                                 workers=[owner], allow_other_workers=False, pure=False, **kwargs)
+                   for owner, blocks in zip(owners, ranges)]
         with _naming_dead_workers(handle, busy):
             joined = Profile.join(handle.gather_pinned(futures, busy))
             link = measure_link(handle) or (0.0, 0.0)
-        return dataclasses.replace(joined, concurrent=len(busy), cores=cores, threads=threads,
+        return dataclasses.replace(joined, concurrent=len(set(owners)), cores=cores, threads=threads,
                                    latency=link[0], bandwidth=link[1])
     finally:
         if owned:

@@ -20,7 +20,6 @@ from gnnpipe.engine.single import FullGraphContext, metrics
 from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm, PendingRecv
 from gnnpipe.runtime.spec import JobSpec
-from gnnpipe.runtime.workerenv import heap_ceiling
 from gnnpipe.schedule import one_f_one_b
 
 __all__ = ["PipelineStage", "pipeline_program"]
@@ -68,7 +67,6 @@ class PipelineStage:
         # a fill-drain stage idles between its phases, waiting; a 1F1B stage has no such phase
         self.executor.upkeep_between_phases = (
             not self.is_last and spec.job.schedule is TrainSchedule.GNNPIPE)
-        self.executor.after_op = heap_ceiling()
         if spec.job.schedule is TrainSchedule.ONE_F_ONE_B:
             self.executor.cache_in_slots()  # at most S - s chunks between forward and backward
         self.wire = torch_dtype(spec.job.wire_dtype)  # boundary tensors travel in this dtype

@@ -25,9 +25,10 @@ from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.graph import graph_program
 from gnnpipe.runtime.hybrid import hybrid_program
-from gnnpipe.runtime.pipeline import pipeline_program
+from gnnpipe.runtime.pipeline import PipelineStage, pipeline_program
 from gnnpipe.runtime.spec import Attempt, JobSpec, RankResult
 from gnnpipe.runtime.store import bind_transport, rendezvous, worker_host
+from gnnpipe.runtime.workerenv import heap_ceiling
 
 __all__ = ["PROGRAMS", "EpochReporter", "run_rank"]
 
@@ -146,7 +147,8 @@ def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) ->
     make_program = PROGRAMS[spec.job.mode]
     torch.set_num_threads(attempt.threads)
     device = _rank_device(spec, local_rank)
-    meter = MemoryMeter(device).begin()
+    ceiling = heap_ceiling()  # in a worker with a memory_limit
+    meter = MemoryMeter(device, ceiling).begin()
     model, data = _rank_copies(spec, device)
     _join_group(spec, rank, attempt.init_method, device)
     try:
@@ -155,6 +157,8 @@ def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) ->
         comm = Comm(rank, spec.world, stage=stage, way=way, origin=_shared_origin(),
                     device=device)
         program = make_program(spec, comm, model, data)
+        if isinstance(program, PipelineStage):  # hybrid too: chunk ops leave holes in the heap
+            program.executor.after_op = ceiling
         reporter = EpochReporter(spec, comm, attempt.number)
         start, inherited = _resume(attempt, program, rank)
         callbacks: list[Callable[[dict[str, Any]], bool]] = [meter, reporter]

@@ -19,12 +19,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask
 from distributed import Nanny
 
-from gnnpipe.engine.memory import HeapCeiling
+if TYPE_CHECKING:
+    from gnnpipe.engine.memory import HeapCeiling
 
 __all__ = ["COSTS", "HEAP_CEILING", "MALLOC_VAR", "Allocator", "RankNanny", "WorkerEnvironment",
            "check_workers", "heap_ceiling", "inspect_worker", "rank_environment",
@@ -95,21 +96,30 @@ class Allocator(str, Enum):
 
 #: The share of its Dask ``memory_limit`` above which a rank trims its heap after each chunk op
 #: (Dask's own pause threshold; the nanny kills a worker past 95%, and at 90% a 1F1B rank's
-#: ops outgrew the 5% between: ``benchmarks/heap_ceiling.py``).
+#: ops outgrew the 5% between: ``benchmarks/heap_ceiling.py``). A lower
+#: ``distributed.worker.memory.terminate`` lowers it by as much.
 HEAP_CEILING = 0.8
+_TERMINATE = 0.95  # Dask's default distributed.worker.memory.terminate
 
 
 def heap_ceiling() -> HeapCeiling | None:
-    """For a rank in a Dask worker with a ``memory_limit``: a :class:`HeapCeiling` at
-    :data:`HEAP_CEILING` of it, so that a rank whose live tensors fit is not killed for the
-    holes freed chunk tensors leave in its heap; elsewhere None."""
+    """For a rank in a Dask worker with a ``memory_limit``: a
+    :class:`~gnnpipe.engine.memory.HeapCeiling` at :data:`HEAP_CEILING` of it, so that a rank
+    whose live tensors fit is not killed for the holes freed chunk tensors leave in its heap;
+    elsewhere None."""
     try:
         from distributed import get_worker
 
         limit = get_worker().memory_manager.memory_limit
     except (ValueError, AttributeError):  # not in a Dask worker
         return None
-    return HeapCeiling(int(HEAP_CEILING * limit)) if limit else None
+    if not limit:
+        return None
+    from gnnpipe.engine.memory import HeapCeiling
+
+    terminate = dask.config.get("distributed.worker.memory.terminate", _TERMINATE) or _TERMINATE
+    share = max(min(HEAP_CEILING, float(terminate) - (_TERMINATE - HEAP_CEILING)), 0.05)
+    return HeapCeiling(int(share * limit))
 
 
 #: Every variable an :class:`Allocator` sets, with its value.

@@ -115,18 +115,24 @@ def test_forward_reads_historical_rows_and_backward_pulls():
 
 
 def test_after_op_runs_once_per_chunk_forward_and_backward():
-    """The hook a rank under a memory limit trims its heap in, after every chunk op."""
+    """The hook a rank under a memory limit trims its heap in, after every chunk op: after a
+    backward, once the chunk's stashed tensors are gone (what the trim is to hand back)."""
+    import weakref
+
     ex, _ = _path_executor(Techniques(random_order=False, snapshot=False), input_grad=True,
                            recompute=True)
-    ran: list[tuple[int, int]] = []
-    ex.after_op = lambda: ran.append((len(ex.saved), len(ex.buffers)))
+    ran: list[int] = []
+    stashed: list[weakref.ref] = []
+    ex.after_op = lambda: ran.append(len(ex.saved))
     x = torch.randn(4, 2)
     ex.begin_epoch(0)
     ex.forward(0, [x[:2]])
+    stashed.append(weakref.ref(ex.saved[0].inputs[0]))
     ex.forward(1, [x[2:]])
     ex.backward(1, [torch.ones(2, 2)])
+    ex.after_op = lambda: ran.append(len(ex.saved) + 10 * (stashed[0]() is not None))
     ex.backward(0, [torch.ones(2, 2)])
-    assert [saved for saved, _ in ran] == [1, 2, 1, 0]  # after each op, its chunk stashed/freed
+    assert ran == [1, 2, 1, 0]  # after each op, its chunk stashed, then freed (not still held)
 
 
 def test_pull_backward_gradient_of_a_middle_stage():

@@ -126,14 +126,16 @@ def _ceiling_here() -> int:
     return 0 if found is None else found.ceiling
 
 
-def test_a_rank_trims_its_heap_above_its_share_of_the_memory_limit(cluster) -> None:
+def test_a_ranks_heap_ceiling_is_its_share_of_the_memory_limit(cluster) -> None:
     """A rank in a Dask worker with a ``memory_limit`` hands freed heap back above 80% of it
-    (the nanny kills at 95%); outside a worker nothing is trimmed."""
+    (the nanny kills at 95%); outside a worker nothing is trimmed. (That a capped rank trims:
+    ``tests/test_benchmarks.py``'s heap-ceiling run counts its trims.)"""
     from gnnpipe.runtime.workerenv import HEAP_CEILING
 
     assert _ceiling_here() == 0
     client = cluster.client
-    workers = list(client.scheduler_info()["workers"])
+    workers = cluster.workers()
+    assert len(workers) == 4
     ceilings = dict(zip(workers, client.gather([
         client.submit(_ceiling_here, workers=[w], allow_other_workers=False, pure=False)
         for w in workers])))
