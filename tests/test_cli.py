@@ -147,6 +147,13 @@ def test_the_cli_names_are_the_librarys():
     assert cli_args.DATASETS == tuple(sorted(datasets.NAMES))
 
 
+def test_the_plan_commands_headroom_is_the_planners():
+    from gnnpipe.plan.planner import HEADROOM
+
+    args = build_parser().parse_args(["plan", *TINY])
+    assert args.headroom == HEADROOM
+
+
 def test_every_option_states_its_default():
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

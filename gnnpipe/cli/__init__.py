@@ -161,9 +161,9 @@ def _add_plan(sub: Any) -> None:
                       help="Dask workers available (a layout may use fewer)")
     plan.add_argument("--memory-limit", type=byte_size, default=None,
                       help="bytes a rank may hold, e.g. 8GB or 512MiB (default: no limit)")
-    plan.add_argument("--headroom", type=probability, default=0.1,
+    plan.add_argument("--headroom", type=probability, default=0.15,  # planner.HEADROOM
                       help="share of --memory-limit kept free for what the estimate does not "
-                           "see (default: 0.1)")
+                           "see (default: 0.15)")
     plan.add_argument("--bandwidth", type=bandwidth, default=None,
                       help="bytes/s between workers, e.g. 1GB/s (default: 1GB/s)")
     plan.add_argument("--modes", type=mode_list, default=None,

@@ -15,7 +15,7 @@ from distributed.core import PooledRPCCall, Server, Status, rpc
 from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import RankNanny, rank_environment
 
-__all__ = ["Absence", "Cluster", "WorkerLost", "check_cluster", "check_gpus", "free_port", "gpu_ids", "local_ranks",
+__all__ = ["PRELOAD", "Absence", "Cluster", "WorkerLost", "check_cluster", "check_gpus", "free_port", "gpu_ids", "local_ranks",
            "resolve"]
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,11 @@ def _check_cluster_kwargs(kwargs: dict[str, Any]) -> None:
             raise TypeError(f"Cluster: unknown argument {name!r} (expected an argument of "
                             f"gp.Cluster, distributed.LocalCluster or its workers){hint}")
 
+
+#: Modules every worker of a local cluster imports as it starts (torch, PyG, gnnpipe's rank and
+#: profiling code: about 4 s of CPU each on a 2-core machine), so that a plan's profile or a run's
+#: first task on a cluster already running does not wait for them.
+PRELOAD = ("gnnpipe.runtime.rank", "gnnpipe.plan.profile")
 
 #: Seconds a worker that tasks are pinned to may be absent from the scheduler before it counts
 #: as lost (a restarted worker comes back under a new address, so the tasks would never run).
@@ -64,6 +69,8 @@ class Cluster:
             it with ``dask scheduler`` and one ``dask worker ADDRESS --nthreads 1`` per rank and host.
         host: interface a new local cluster binds to (localhost by default).
         client: use this existing ``distributed.Client``.
+        **kwargs: arguments of ``distributed.LocalCluster`` and its workers (a new local cluster
+            only); its workers import :data:`PRELOAD` as they start, and any ``preload`` given.
     """
 
     def __init__(self, n_workers: int = 2, threads_per_worker: int = 1, address: str | None = None,
@@ -83,6 +90,8 @@ class Cluster:
             # Rank errors reach the caller as RankFailure; worker logs at shutdown (heartbeats to a
             # scheduler already closed) would only be noise.
             kwargs.setdefault("silence_logs", logging.CRITICAL)
+            given = kwargs.pop("preload", None) or []
+            kwargs["preload"] = [*PRELOAD, *([given] if isinstance(given, str) else given)]
             with rank_environment(threads_per_worker):  # full-speed torch in every rank
                 self._local = LocalCluster(n_workers=n_workers, threads_per_worker=1,
                                            processes=True, host=host, worker_class=RankNanny,

@@ -35,6 +35,18 @@ def test_a_full_cluster_is_never_read_as_empty(small_graph):
         assert len(run.history) == 2
 
 
+def test_workers_start_with_gnnpipe_imported_and_keep_a_users_preload():
+    """A plan's profile or a run's first task on a running cluster does not wait seconds for
+    torch and PyG to import; a ``preload`` the user gives is imported too."""
+    from gnnpipe.runtime.cluster import PRELOAD
+
+    loaded = "[m in __import__('sys').modules for m in {!r}]"  # builtins only: ships no module
+    with gp.Cluster(n_workers=1, preload="colorsys") as cluster:
+        found = cluster.client.run(eval, loaded.format(
+            [*PRELOAD, "torch_geometric", "colorsys"]))
+    assert list(found.values()) == [[True] * (len(PRELOAD) + 2)]
+
+
 def test_a_run_waits_for_a_restarting_worker_up_to_its_timeout(small_graph):
     with gp.Cluster(n_workers=2) as cluster:
         address = cluster.client.scheduler.address
