@@ -9,8 +9,9 @@ for ``--epochs`` epochs on a fresh cluster of ``N`` workers, ``--rounds`` times 
 orders (a layout's measured epoch is its least-contended round's median; the first two epochs
 untimed), in gnnpipe's default worker environment (capped ones under the lean allocator, what a
 memory-tight run uses). A cap is what a rank may hold above its process's baseline: the plan's
-``memory_limit``; the workers' Dask ``memory_limit`` is the cap plus a loaded worker's baseline,
-over 95% (the nanny acts there), measured once per case;
+``memory_limit``; the workers' Dask ``memory_limit`` is the cap plus a loaded worker's baseline
+(the graph arrived on it, as when a run starts), over 95% (the nanny acts there), measured once
+per case;
 ``single`` trains in the child with one torch thread, like a worker. A second child trains the
 same layouts for 2 epochs under the lean allocator (``GNNPIPE_ALLOCATOR=lean``, in it and its
 workers: freed tensors go back to the OS), whose resident peak is what a run needs — what the
@@ -139,22 +140,26 @@ def _case(cfg: dict[str, Any]) -> tuple[Any, Any, int | None]:
         "peak_bytes"].max())
 
 
-def _loaded_resident_bytes() -> int:
-    """This process's resident bytes once gnnpipe's training and profiling code is loaded."""
+def _loaded_resident_bytes(data: Any) -> int:
+    """This process's resident bytes once gnnpipe's training and profiling code is loaded and
+    ``data`` (the graph) has arrived."""
     import gnnpipe.plan.bench
     import gnnpipe.runtime.rank  # noqa: F401
-    from gnnpipe.engine.memory import resident_bytes
+    from gnnpipe.engine.memory import release_freed_memory, resident_bytes
 
+    assert data is not None  # held here while the worker's size is read
+    release_freed_memory()
     return resident_bytes()
 
 
-def _worker_baseline() -> int:
-    """Resident bytes of a gnnpipe worker before a run (torch, Dask, PyG and gnnpipe loaded),
-    measured on one."""
+def _worker_baseline(data: Any) -> int:
+    """Resident bytes of a gnnpipe worker as a run starts on it (torch, Dask, PyG and gnnpipe
+    loaded, the graph arrived: where a run's ``peak_bytes`` and the plan's estimates count
+    from), measured on one."""
     import gnnpipe as gp
 
     with gp.Cluster(n_workers=1) as cluster:
-        return max(cluster.client.run(_loaded_resident_bytes).values())
+        return max(cluster.client.run(_loaded_resident_bytes, data).values())
 
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +177,7 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     # Dask memory_limit counts the whole process, and the nanny acts at 95% of it (the time
     # child measures it, the memory child reuses it: both train under the same limit)
     worker_limit = (None if cap is None else cfg.get("worker_limit")
-                    or int((cap + _worker_baseline()) / 0.95))
+                    or int((cap + _worker_baseline(data)) / 0.95))
     limit = {} if worker_limit is None else {"memory_limit": worker_limit}
     plan_limit = {} if cap is None else {"memory_limit": cap}
     if cfg["part"] == "memory":

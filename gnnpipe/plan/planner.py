@@ -41,9 +41,8 @@ SCHEDULE_MARGIN = 0.05
 #: Share of ``memory_limit`` a plan keeps free by default: a layout fits when every rank's
 #: estimate is at most ``(1 - headroom) × memory_limit``. Measured, ranks whose chunk tensors are
 #: under 1 MiB hold 1.2-1.6× their estimate (glibc's heap keeps holes between them) unless a Dask
-#: ``memory_limit`` makes them trim (1.02-1.13×: ``benchmarks/heap_ceiling.py``). With 10% kept
-#: free a capped 1F1B plan (GCN-16, 50K nodes, degree 20) held 1.07× its estimate and was
-#: killed (``benchmarks/plan_choice.py``); 15% covers the 1.13× measured.
+#: ``memory_limit`` makes them trim (1.02-1.13×: ``benchmarks/heap_ceiling.py``; 1.08× for the
+#: capped GCN-16 case of ``benchmarks/plan_choice.py``): 15% covers the 1.13× measured, 10% did not.
 HEADROOM = 0.15
 #: Under a memory limit a worker profiles its share of the blocks in this many ranges, one after
 #: another (a 100,000-node GCNII-32's half, 17 blocks with their buffers, overran workers capped
