@@ -8,7 +8,10 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from dask.utils import format_bytes
 from distributed import Future, wait
+from distributed.comm import CommClosedError
+from torch import Tensor
 
 from gnnpipe.run import history_from  # noqa: F401 - where the dashboard merges live records
 from gnnpipe.runtime.cluster import Absence, Cluster, free_port, local_ranks
@@ -103,11 +106,37 @@ def _submit(spec: JobSpec, cluster: Cluster, workers: list[str], topic: str, num
     cluster.keep_running(workers)
     host, port = client.submit(free_port, workers=[workers[0]], pure=False).result()
     attempt = Attempt(f"tcp://{host}:{port}", cluster.threads_per_worker, number, resume)
-    shipped = client.scatter(spec, workers=workers, broadcast=True, hash=False)
+    shipped = _ship(spec, cluster, workers)
     return [client.submit(run_rank, shipped, r, attempt, local, workers=[w],
                           allow_other_workers=False, pure=False, retries=0,
                           key=rank_key(topic, r))
             for r, (w, local) in enumerate(zip(workers, local_ranks(workers)))]
+
+
+def _ship(spec: JobSpec, cluster: Cluster, workers: list[str]) -> Future:
+    """``spec`` (the model and graph) scattered to ``workers``. A worker that dies receiving it
+    (killed at its Dask ``memory_limit``, most often: the graph arrives on top of a worker's
+    start size) fails the run with an error naming it, what it held and its limit."""
+    from gnnpipe.engine.memory import resident_bytes
+
+    client = cluster.client
+    limits = cluster.memory_limits(workers)
+    held = client.run(resident_bytes, workers=workers) if any(limits.values()) else {}
+    try:
+        return client.scatter(spec, workers=workers, broadcast=True, hash=False)
+    except CommClosedError as exc:
+        alive = set(cluster.workers())
+        said = "; ".join(
+            f"{w} held {format_bytes(held.get(w, 0))} of its memory_limit "
+            f"{format_bytes(limits[w])}" if limits.get(w) else f"{w} (no memory_limit)"
+            for w in [w for w in workers if w not in alive] or workers)
+        graph = sum(v.numel() * v.element_size() for _, v in spec.data if isinstance(v, Tensor))
+        raise RuntimeError(
+            f"cluster: a worker left while the run's model and graph ({format_bytes(graph)} of "
+            f"tensors) were sent to it: {said} before they arrived (torch, PyG, gnnpipe and Dask "
+            f"loaded). The nanny kills a worker "
+            f"past 95% of its memory_limit: give the workers a memory_limit above their start "
+            f"size, the graph and each rank's need (gp.estimate_memory)") from exc
 
 
 def _watch(cluster: Cluster, workers: list[str], futures: list[Future],

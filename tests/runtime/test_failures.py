@@ -87,6 +87,25 @@ def test_a_worker_killed_for_memory_names_its_limit_and_what_needs_less():
     assert message.endswith("GNNPIPE_ALLOCATOR=lean makes a rank hold only what it uses")
 
 
+def test_a_worker_killed_receiving_the_graph_names_its_limit_and_what_it_held():
+    """A graph too large for the workers' memory_limit kills a worker as it arrives (the nanny
+    acts at 95%): the run fails naming the worker, what it held before and its limit, not with
+    Dask's "Stream is closed"."""
+    data = gp.datasets.synthetic(num_nodes=50_000, avg_degree=4, num_features=2500, seed=0)
+    model = gp.models.gcn(2500, hidden=16, out_dim=8, layers=2, dropout=0.0)
+    with (gp.Cluster(n_workers=2, memory_limit="700MiB") as capped,
+          pytest.raises(RuntimeError, match="memory_limit") as info):
+        gp.train(model, data, "pipeline", stages=2, chunks=4, epochs=2, cluster=capped,
+                 timeout=120, progress=False)
+    message = str(info.value)
+    if isinstance(info.value, RankFailure):  # killed just after it had acknowledged the graph
+        assert "its worker's Dask memory_limit is 734 MB" in message, message
+        return
+    assert re.search(r"a worker left while the run's model and graph \(480.41 MiB of tensors\) "
+                     r"were sent to it: tcp://[\d.:]+ held [\d.]+ MiB of its memory_limit "
+                     r"700.00 MiB before they arrived", message), message
+
+
 def _hold_until(share: float) -> int:
     """On a worker: hold bytes until the process is at ``share`` of its memory_limit."""
     import builtins
