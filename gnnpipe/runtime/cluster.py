@@ -78,6 +78,7 @@ class Cluster:
         self.threads_per_worker = threads_per_worker
         self.size: int | None = None  # workers a local cluster keeps (its nannies restart them)
         self._local: LocalCluster | None = None
+        self._capped = False  # a local cluster's workers given a Dask memory_limit
         if client is not None:
             self.client = client
         elif address is not None:
@@ -92,7 +93,9 @@ class Cluster:
             kwargs.setdefault("silence_logs", logging.CRITICAL)
             given = kwargs.pop("preload", None) or []
             kwargs["preload"] = [*PRELOAD, *([given] if isinstance(given, str) else given)]
-            with rank_environment(threads_per_worker):  # full-speed torch in every rank
+            # full-speed torch in every rank; ranks hold what they use under a memory_limit
+            self._capped = kwargs.get("memory_limit") not in (None, 0, "0", "auto")
+            with rank_environment(threads_per_worker, self._capped):
                 self._local = LocalCluster(n_workers=n_workers, threads_per_worker=1,
                                            processes=True, host=host, worker_class=RankNanny,
                                            dashboard_address=f"{host}:0", **kwargs)
@@ -195,7 +198,7 @@ class Cluster:
                             found)
                 logged = True
             if self._local is not None:
-                with rank_environment(self.threads_per_worker):
+                with rank_environment(self.threads_per_worker, self._capped):
                     self._local.scale(self.size)
             try:
                 self.client.wait_for_workers(n, timeout=min(left, 10.0))

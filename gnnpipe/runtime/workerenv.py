@@ -56,7 +56,7 @@ def transparent_huge_pages() -> bool:
 
 class Allocator(str, Enum):
     """How the ranks gnnpipe starts allocate CPU memory, chosen by ``GNNPIPE_ALLOCATOR``
-    (default: ``huge``). Measured in ``benchmarks/memory_estimate.py --allocator`` (GCNII-8,
+    (default: ``huge``; ``lean`` for workers given a Dask ``memory_limit``). Measured in ``benchmarks/memory_estimate.py --allocator`` (GCNII-8,
     100,000 nodes, pipeline 2 × 8, 2 ranks on 2 cores: epoch time, peak per rank):
 
     - ``glibc``: glibc's defaults (1.47 s, 0.93-1.08 GiB): its mmap threshold rises to 32 MiB
@@ -75,9 +75,11 @@ class Allocator(str, Enum):
     LEAN = "lean"
 
     @classmethod
-    def chosen(cls) -> Allocator:
-        """The allocator ``GNNPIPE_ALLOCATOR`` names (``huge`` when unset)."""
-        value = os.environ.get("GNNPIPE_ALLOCATOR", cls.HUGE.value)
+    def chosen(cls, capped: bool = False) -> Allocator:
+        """The allocator ``GNNPIPE_ALLOCATOR`` names; when unset, ``lean`` for ``capped``
+        workers (a Dask ``memory_limit`` given: under the default a rank planned to fit it held
+        up to 1.6× its estimate and was killed) and ``huge`` otherwise."""
+        value = os.environ.get("GNNPIPE_ALLOCATOR", (cls.LEAN if capped else cls.HUGE).value)
         try:
             return cls(value)
         except ValueError:
@@ -126,14 +128,15 @@ def heap_ceiling() -> HeapCeiling | None:
 _ALLOCATOR_VARS = {"MALLOC_MMAP_THRESHOLD_": "1048576", "THP_MEM_ALLOC_ENABLE": "1"}
 
 
-def _worker_config(threads: int) -> dict[str, Any]:
+def _worker_config(threads: int, capped: bool = False) -> dict[str, Any]:
     """Dask config for the workers gnnpipe starts: no trim threshold, no statistical profiler,
     ``threads`` OpenMP/MKL/OpenBLAS threads (torch's intra-op pool) per rank, and the
-    :class:`Allocator` ``GNNPIPE_ALLOCATOR`` names."""
+    :class:`Allocator` ``GNNPIPE_ALLOCATOR`` names (:meth:`Allocator.chosen` for ``capped``)."""
     env = "distributed.nanny.pre-spawn-environ"
     return {f"{env}.{MALLOC_VAR}": None, "distributed.worker.profile.enabled": False,
             **{f"{env}.{var}": threads for var in _THREAD_VARS},
-            **{f"{env}.{var}": value for var, value in Allocator.chosen().environ().items()}}
+            **{f"{env}.{var}": value
+               for var, value in Allocator.chosen(capped).environ().items()}}
 
 
 def _initial_environ() -> dict[str, str] | None:
@@ -161,16 +164,17 @@ def _drop_leaked_malloc_setting() -> None:
 
 
 @contextlib.contextmanager
-def rank_environment(threads: int) -> Iterator[None]:
+def rank_environment(threads: int, capped: bool = False) -> Iterator[None]:
     """Within this block, Dask nannies created here start workers in :func:`_worker_config`'s
-    environment (a nanny keeps it for the restarts of its worker). A nanny prefers this
+    environment (a nanny keeps it for the restarts of its worker; ``capped``: they have a Dask
+    ``memory_limit``). A nanny prefers this
     process's own variables to its config, so the thread counts are set here for the block
     and restored afterwards."""
     _drop_leaked_malloc_setting()
     saved = {k: os.environ.get(k) for k in _THREAD_VARS}
     os.environ.update({k: str(threads) for k in _THREAD_VARS})
     try:
-        with dask.config.set(_worker_config(threads)):
+        with dask.config.set(_worker_config(threads, capped)):
             yield
     finally:
         _drop_leaked_malloc_setting()

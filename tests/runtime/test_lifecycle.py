@@ -35,16 +35,23 @@ def test_a_full_cluster_is_never_read_as_empty(small_graph):
         assert len(run.history) == 2
 
 
-def test_workers_start_with_gnnpipe_imported_and_keep_a_users_preload():
+def test_workers_start_with_gnnpipe_imported_and_keep_a_users_preload(monkeypatch):
     """A plan's profile or a run's first task on a running cluster does not wait seconds for
-    torch and PyG to import; a ``preload`` the user gives is imported too."""
+    torch and PyG to import; a ``preload`` the user gives is imported too. Workers given a
+    memory_limit use the lean allocator (a rank then holds what it uses)."""
     from gnnpipe.runtime.cluster import PRELOAD
 
+    monkeypatch.delenv("GNNPIPE_ALLOCATOR", raising=False)
     loaded = "[m in __import__('sys').modules for m in {!r}]"  # builtins only: ships no module
-    with gp.Cluster(n_workers=1, preload="colorsys") as cluster:
+    lean = "__import__('os').environ.get('MALLOC_MMAP_THRESHOLD_')"
+    with gp.Cluster(n_workers=1, preload="colorsys", memory_limit="2GiB") as cluster:
         found = cluster.client.run(eval, loaded.format(
             [*PRELOAD, "torch_geometric", "colorsys"]))
+        threshold = cluster.client.run(eval, lean)
     assert list(found.values()) == [[True] * (len(PRELOAD) + 2)]
+    assert list(threshold.values()) == ["1048576"]
+    with gp.Cluster(n_workers=1) as free:  # no limit: 2 MiB pages, glibc's own threshold
+        assert list(free.client.run(eval, lean).values()) == [None]
 
 
 def test_a_run_waits_for_a_restarting_worker_up_to_its_timeout(small_graph):

@@ -170,10 +170,12 @@ def test_ranks_allocator_is_chosen_by_gnnpipe_allocator(monkeypatch) -> None:
     monkeypatch.delenv("GNNPIPE_ALLOCATOR", raising=False)
     assert (_worker_config(1).get(spawn + "THP_MEM_ALLOC_ENABLE") == "1") == thp
     assert spawn + "MALLOC_MMAP_THRESHOLD_" not in _worker_config(1)
+    # workers given a Dask memory_limit hold only what they use (what a plan fitted to it counts)
+    assert _worker_config(1, capped=True)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "lean")
     assert _worker_config(1)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "glibc")
-    assert Allocator.chosen().environ() == {}
+    assert Allocator.chosen().environ() == {} and Allocator.chosen(capped=True).environ() == {}
     assert not any(k.startswith(spawn + "MALLOC_MMAP") or k.endswith("THP_MEM_ALLOC_ENABLE")
                    for k in _worker_config(1))
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "jemalloc")
