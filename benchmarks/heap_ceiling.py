@@ -77,7 +77,7 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
 
     import gnnpipe as gp
     from gnnpipe.runtime.launch import RankFailure
-    
+
     torch.set_num_threads(1)
     nodes = 3000 if cfg["quick"] else 50_000
     data = gp.datasets.synthetic(num_nodes=nodes, avg_degree=20, num_classes=8,

@@ -64,10 +64,9 @@ def memory_from(records: list[dict[str, Any]]) -> pd.DataFrame:
     rows = [r for r in records if "peak_bytes" in r]
     if not rows:
         return pd.DataFrame(columns=list(MEMORY_COLUMNS)).astype("int64")
-    frame = pd.DataFrame(rows)
-    if "heap_trims" not in frame:  # records from before trims were counted
-        frame["heap_trims"] = 0
-    per_rank = frame.fillna({"heap_trims": 0}).groupby("rank").agg(
+    # records from before trims were counted have none: 0
+    frame = pd.DataFrame(rows).reindex(columns=list(MEMORY_COLUMNS)).fillna({"heap_trims": 0})
+    per_rank = frame.groupby("rank").agg(
         peak_bytes=("peak_bytes", "max"), baseline_bytes=("baseline_bytes", "last"),
         device_peak_bytes=("device_peak_bytes", "max"), heap_trims=("heap_trims", "max"))
     return per_rank.reset_index().reindex(columns=list(MEMORY_COLUMNS)).astype("int64")

@@ -56,8 +56,9 @@ def transparent_huge_pages() -> bool:
 
 class Allocator(str, Enum):
     """How the ranks gnnpipe starts allocate CPU memory, chosen by ``GNNPIPE_ALLOCATOR``
-    (default: ``huge``; ``lean`` for workers given a Dask ``memory_limit``). Measured in ``benchmarks/memory_estimate.py --allocator`` (GCNII-8,
-    100,000 nodes, pipeline 2 × 8, 2 ranks on 2 cores: epoch time, peak per rank):
+    (default: ``huge``; ``lean`` for workers given a Dask ``memory_limit``). Measured in
+    ``benchmarks/memory_estimate.py --allocator`` (GCNII-8, 100,000 nodes, pipeline 2 × 8, 2
+    ranks on 2 cores: epoch time, peak per rank):
 
     - ``glibc``: glibc's defaults (1.47 s, 0.93-1.08 GiB): its mmap threshold rises to 32 MiB
       as large blocks are freed, so chunk- and graph-sized tensors live in a heap that fragments;
