@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import torch
 
@@ -36,13 +37,16 @@ def test_live_bytes_counts_what_is_alive_and_its_peak():
 def test_rows_items_and_peak(small_graph):
     model = gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=4)
     one = gp.estimate_memory(model, small_graph, "single")
-    assert list(one.index) == [0] and list(one.columns) == ["stage", *ITEMS, "peak_bytes"]
+    assert list(one.index) == [0] and list(one.columns) == ["rank", "stage", *ITEMS,
+                                                            "peak_bytes"]
     piped = gp.estimate_memory(model, small_graph, "pipeline", stages=3, chunks=6)
     assert list(piped.index) == [0, 1, 2] and list(piped["stage"]) == [0, 1, 2]
     hybrid = gp.estimate_memory(model, small_graph, "hybrid", stages=2, ways=2, chunks=8)
-    assert list(hybrid.index) == [0, 1, 2, 3]
+    assert list(hybrid.index) == list(hybrid["rank"]) == [0, 1, 2, 3]
     graph = gp.estimate_memory(model, small_graph, "graph", parts=3)
-    assert list(graph.index) == [0, 1, 2] and (graph["history"] == 0).all()
+    assert list(graph["rank"]) == [0, 1, 2] and (graph["history"] == 0).all()
+    # the same rank column as the run's measured peaks: a merge lines them up
+    assert list(graph.merge(pd.DataFrame({"rank": [0, 1, 2]}), on="rank")["rank"]) == [0, 1, 2]
     for frame in (one, piped, hybrid, graph):
         assert (frame[list(ITEMS)] >= 0).all().all()
         training = frame[["stash", "working", "communication"]].sum(axis=1)

@@ -89,7 +89,8 @@ class MemoryModel:
         self._calls: list[list[AggregationCall]] | None = None
 
     def estimate(self, job: TrainConfig) -> pd.DataFrame:
-        """One row per rank of ``job``: the items of the module docstring and ``peak_bytes``."""
+        """One row per rank of ``job``, in order (a ``rank`` column, as in ``run.memory()``): the
+        items of the module docstring and ``peak_bytes``."""
         frame = pd.DataFrame(self._rank_rows(job)).fillna(0)
         for item in ITEMS:
             if item not in frame:
@@ -97,7 +98,8 @@ class MemoryModel:
         frame = frame[["rank", "stage", *ITEMS]].astype("int64")
         frame["peak_bytes"] = frame[list(FIXED_ITEMS)].sum(axis=1) + frame[
             ["stash", "working", "communication"]].sum(axis=1).combine(frame["evaluation"], max)
-        return frame.set_index("rank")
+        # ranks in order from 0, so the index is the rank too
+        return frame.sort_values("rank", kind="stable").reset_index(drop=True)
 
     def block_costs(self, job: TrainConfig) -> tuple[list[int], int]:
         """The memory model cut for a stage split of ``job``'s pipeline: per block, the bytes a
