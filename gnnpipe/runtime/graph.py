@@ -21,7 +21,7 @@ from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm
 from gnnpipe.runtime.spec import JobSpec
 
-__all__ = ["GraphContext", "GraphRank", "HaloPlan", "graph_program"]
+__all__ = ["GraphContext", "GraphRank", "HaloPlan", "graph_program", "halo_plan"]
 
 
 @dataclass
@@ -45,7 +45,7 @@ class HaloPlan:
                         None if self.graphs is None else self.graphs.to(device))
 
 
-def _halo_plan(full: Adjacency, bounds: list[int], rank: int) -> HaloPlan:
+def halo_plan(full: Adjacency, bounds: list[int], rank: int) -> HaloPlan:
     """Cut ``full`` (over chunk-ordered nodes, parts contiguous) to this rank's view."""
     lo, hi = bounds[rank], bounds[rank + 1]
     owner = torch.bucketize(torch.arange(full.num_nodes), torch.tensor(bounds[1:]), right=True)
@@ -127,7 +127,7 @@ class GraphRank:
     def __init__(self, spec: JobSpec, comm: Comm, model: LayerStack, data: Data) -> None:
         self.spec, self.comm, self.model, self.data = spec, comm, model, data
         full = normalized_adjacency(data.edge_index.cpu(), data.num_nodes, model.norm)
-        self.plan = _halo_plan(full, spec.bounds, comm.rank).to(comm.device)
+        self.plan = halo_plan(full, spec.bounds, comm.rank).to(comm.device)
         self.wire = torch_dtype(spec.job.wire_dtype)  # halo rows travel in this dtype
         self.optimizer = torch.optim.Adam(
             model.param_groups(spec.job.weight_decay, spec.job.gnn_weight_decay), lr=spec.job.lr)
