@@ -30,7 +30,7 @@ from gnnpipe.schedule import one_f_one_b
 from gnnpipe.schedule.simulator import simulate
 
 __all__ = ["DEFAULT_LATENCY", "Network", "Shard", "epoch_of", "graph_epoch", "single_epoch",
-           "stage_busy", "staged_timeline"]
+           "stage_busy", "staged_timeline", "swaps_per_epoch"]
 
 #: Seconds each point-to-point message costs besides its bytes (gloo latency, Python).
 DEFAULT_LATENCY = 1e-4
@@ -123,18 +123,26 @@ def stage_busy(profile: Profile, layout: Layout, ranges: Sequence[tuple[int, int
     return busy
 
 
+def swaps_per_epoch(profile: Profile, parts: int) -> int:
+    """Halo swaps a ``graph`` rank makes per epoch: one per aggregation each way (0 alone)."""
+    return 2 * sum(c.aggregates for c in profile.blocks) if parts > 1 else 0
+
+
 def graph_epoch(profile: Profile, shards: Sequence[Shard], net: Network) -> float:
     """Seconds of a ``graph`` epoch: the slowest rank's compute and halo traffic (its sends at
-    ``bandwidth``, a message to each peer per aggregation and direction), then the all-reduce
-    of every weight gradient."""
+    ``bandwidth``, a message to each peer per aggregation and direction), what its swaps wait
+    beyond that (the profile's measured ``swap_wait``, where measured), then the all-reduce of
+    every weight gradient."""
     blocks = profile.blocks
-    calls = sum(c.aggregates for c in blocks)
+    swaps = swaps_per_epoch(profile, len(shards))
     peers = len(shards) - 1
     slow = profile.slowdown(len(shards))
     slowest = max(slow * sum(c.exact_seconds(s.rows) for c in blocks)
-                  + net.seconds(s.sent_bytes, 2 * calls * peers) for s in shards)
+                  + net.seconds(s.sent_bytes, swaps * peers) for s in shards)
     step = slow * sum(c.step_s for c in blocks)
-    return slowest + step + net.seconds(2 * _param_bytes(blocks) * peers / max(len(shards), 1))
+    waits = swaps * (profile.swap_wait or 0.0)
+    return (slowest + step + waits
+            + net.seconds(2 * _param_bytes(blocks) * peers / max(len(shards), 1)))
 
 
 def epoch_of(profile: Profile, layout: Layout, net: Network, *,

@@ -17,12 +17,14 @@ from gnnpipe.core.kinds import Mode, TrainSchedule
 from gnnpipe.core.prediction import CANDIDATE_COLUMNS
 from gnnpipe.core.units import format_bytes, parse_bandwidth, parse_bytes
 from gnnpipe.nn import LayerStack
+from gnnpipe.plan.calibrate import CONTENDS, measure_swap_wait
 from gnnpipe.plan.costs import DEFAULT_LATENCY, Network
 from gnnpipe.plan.layout import PLANNED_MODES, Layout, layouts
 from gnnpipe.plan.profile import Profile, check_inputs, profile_counts, profile_on_workers
 from gnnpipe.plan.result import Plan
 from gnnpipe.plan.search import Candidate, Search
 from gnnpipe.pyg import as_stack
+from gnnpipe.runtime.cluster import resolve
 
 __all__ = ["DEFAULT_SCHEDULES", "HEADROOM", "LIMITED_PIECES", "MAX_CHUNKS", "SCHEDULE_MARGIN",
            "memory_costs", "plan"]
@@ -188,7 +190,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         repeats: profiled epochs (medians), after one untimed epoch.
         headroom: share of ``memory_limit`` kept free for what the estimate does not see
             (allocator slack; see :data:`HEADROOM`); ``0`` plans up to the limit itself.
-            (default: ``0.1``)
+            (default: ``0.15``)
 
     Returns:
         The :class:`~gnnpipe.plan.result.Plan`; ``plan.table()`` ranks every candidate and
@@ -213,23 +215,58 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         _refuse(Search(model, data, _NO_PROFILE, memory, given, budget, max_chunks), candidates,
                 limit, headroom)
     clock.lap("memory_check")
-    if profile is None:
-        # under a limit, one chunk at a time, 16-bit buffers and a quarter of a worker's blocks
-        # at a time: a slice may not fit otherwise
-        profile = profile_on_workers(cluster, slices, model, data, 4 * slices, repeats=repeats,
-                                     seed=seed, lean=limit is not None,
-                                     pieces=None if limit is None else LIMITED_PIECES * slices)
-    clock.lap("profile")
-    net = _network(given, profile, bandwidth is not None, latency is not None)
-    search = Search(model, data, profile, memory, net, budget, max_chunks)
-    chosen, table = _rank([search.evaluate(layout) for layout in candidates], compact)
-    clock.lap("search")
+    # workers to profile and measure on: the cluster given, else our own (not needed to reuse
+    # a profile without one)
+    handle, owned = (None, False) if profile is not None and cluster is None else resolve(
+        cluster, workers)
+    try:
+        if profile is None:
+            # under a limit, one chunk at a time, 16-bit buffers and a quarter of a worker's
+            # blocks at a time: a slice may not fit otherwise
+            profile = profile_on_workers(handle, slices, model, data, 4 * slices,
+                                         repeats=repeats, seed=seed, lean=limit is not None,
+                                         pieces=None if limit is None else LIMITED_PIECES * slices)
+        clock.lap("profile")
+        net = _network(given, profile, bandwidth is not None, latency is not None)
+        search = Search(model, data, profile, memory, net, budget, max_chunks)
+        weighed = [search.evaluate(layout) for layout in candidates]
+        clock.lap("search")
+        if handle is not None:
+            search, weighed = _measure_swaps(handle, search, weighed, compact)
+            clock.lap("swap_wait")
+    finally:
+        if owned and handle is not None:
+            handle.close()
+    profile = search.profile
+    chosen, table = _rank(weighed, compact)
     logger.info("planned in %s", ", ".join(f"{k} {v:.1f} s" for k, v in clock.laps.items()))
     return Plan(layout=chosen.layout, epoch_time=chosen.epoch_time, peak_bytes=chosen.peak_bytes,
                 comm_bytes=chosen.comm_bytes, profile=profile, stage_times=chosen.stage_times,
                 timeline=chosen.timeline, candidates=table, workers=workers, memory_limit=limit,
                 headroom=headroom if limit is not None else 0.0, bandwidth=net.bandwidth,
                 latency=net.latency, seconds=clock.laps)
+
+
+def _measure_swaps(cluster: Any, search: Search, weighed: list[Candidate],
+                   compact: bool | None) -> tuple[Search, list[Candidate]]:
+    """Where the best ``graph`` layout that may be chosen contends for the pick (within
+    :data:`~gnnpipe.plan.calibrate.CONTENDS` of the chosen one) and the profile has no
+    ``swap_wait`` yet: run it briefly on ``cluster`` for the wait, and weigh every ``graph``
+    layout again with it."""
+    if search.profile.swap_wait is not None:
+        return search, weighed
+    chosen, _ = _rank(weighed, compact)
+    float32_fits = any(c.fits and not c.layout.compact for c in weighed)
+    graphs = [c for c in weighed if c.layout.mode is Mode.GRAPH and c.fits
+              and not (compact is None and float32_fits and c.layout.compact)]
+    best = min(graphs, key=lambda c: c.epoch_time, default=None)
+    if best is None or best.epoch_time > CONTENDS * chosen.epoch_time:
+        return search, weighed
+    measured = measure_swap_wait(cluster, search.model, search.data, search.job(best.layout),
+                                 search.profile, best.epoch_time)
+    again = search.with_profile(measured)
+    return again, [again.evaluate(c.layout) if c.layout.mode is Mode.GRAPH else c
+                   for c in weighed]
 
 
 class _Clock:

@@ -121,6 +121,9 @@ class Profile:
     #: of a swap of one value, and bytes/s of a large one (0: not measured).
     latency: float = 0.0
     bandwidth: float = 0.0
+    #: Seconds each lockstep halo swap of a ``graph`` rank waits beyond its bytes' transfer,
+    #: measured in a short run on the cluster (:mod:`gnnpipe.plan.calibrate`; None: not yet).
+    swap_wait: float | None = None
 
     def slowdown(self, workers: int) -> float:
         """How much slower (or, below 1, faster) an op runs on one of ``workers`` ranks on the

@@ -235,4 +235,4 @@ def _profile_of(raw: dict[str, Any]) -> Profile:
                    boundary_bytes=tuple(raw["boundary_bytes"]), seconds=raw["seconds"],
                    concurrent=raw.get("concurrent", 1), cores=raw.get("cores", 0),
                    threads=raw.get("threads", 1), latency=raw.get("latency", 0.0),
-                   bandwidth=raw.get("bandwidth", 0.0))
+                   bandwidth=raw.get("bandwidth", 0.0), swap_wait=raw.get("swap_wait"))

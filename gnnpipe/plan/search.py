@@ -81,6 +81,12 @@ class Search:
         self._calls = probe_calls(model.blocks, model.blocks[0].in_dim)
         self._totals: dict[int, tuple[int, int, int]] = {}
 
+    def with_profile(self, profile: Profile) -> Search:
+        """This search with another profile of the same model and graph (its memory model and
+        chunkings kept)."""
+        return Search(self.model, self.data, profile, self.memory, self.net, self.limit,
+                      self.max_chunks)
+
     # ------------------------------------------------------------------ jobs
     def job(self, layout: Layout) -> TrainConfig:
         """The job ``gp.train`` would run for ``layout`` (its memory is estimated for it)."""
