@@ -252,7 +252,7 @@ def _measure_swaps(cluster: Any, search: Search, weighed: list[Candidate],
     """Where the best ``graph`` layout that may be chosen contends for the pick (within
     :data:`~gnnpipe.plan.calibrate.CONTENDS` of the chosen one) and the profile has no
     ``swap_wait`` yet: run it briefly on ``cluster`` for the wait, and weigh every ``graph``
-    layout again with it."""
+    layout again with it (without it, where that run fails)."""
     if search.profile.swap_wait is not None:
         return search, weighed
     chosen, _ = _rank(weighed, compact)
@@ -262,8 +262,13 @@ def _measure_swaps(cluster: Any, search: Search, weighed: list[Candidate],
     best = min(graphs, key=lambda c: c.epoch_time, default=None)
     if best is None or best.epoch_time > CONTENDS * chosen.epoch_time:
         return search, weighed
-    measured = measure_swap_wait(cluster, search.model, search.data, search.job(best.layout),
-                                 search.profile, best.epoch_time)
+    try:
+        measured = measure_swap_wait(cluster, search.model, search.data,
+                                     search.job(best.layout), search.profile, best.epoch_time)
+    except RuntimeError as exc:  # a rank failed (killed for memory, most often): plan without
+        logger.warning("plan: the swap-wait run of %s failed, its waits are not counted: %s",
+                       best.layout.describe(), exc)
+        return search, weighed
     again = search.with_profile(measured)
     return again, [again.evaluate(c.layout) if c.layout.mode is Mode.GRAPH else c
                    for c in weighed]
