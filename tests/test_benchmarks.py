@@ -104,3 +104,19 @@ def test_heap_ceiling_quick_run_trains_with_and_without_a_limit():
     assert len(cells) == 10 and not cells[6].startswith("failed"), row
     assert float(cells[5]) > 0 and "wrote" not in done.stdout
     assert all(int(t) > 0 for t in cells[9].split(" / ")), row
+
+
+def test_graph_gap_quick_run_times_both_parts_alone_and_every_swap_of_a_run():
+    """Each part's compute with a loopback communicator, and in a real run one halo swap per
+    aggregation each way (the final evaluation's swaps left out)."""
+    done = subprocess.run([sys.executable, "benchmarks/graph_gap.py", "--quick"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    alone = re.findall(r"^\|\s+([01])\s+\|\s+1,[45]\d\d\s+\|\s+[\d,]+\s+\|\s+(\d+\.\d+)",
+                       done.stdout, re.MULTILINE)
+    assert [rank for rank, _ in alone] == ["0", "1"] and all(float(s) > 0 for _, s in alone)
+    # GCNII-4: four aggregations, forward and backward
+    swaps = re.findall(r"^\|\s+([01])\s+\|\s+\d+\.\d+\s+\|\s+\d+\.\d+\s+\|\s+(\d+)\s+\|",
+                       done.stdout, re.MULTILINE)
+    assert swaps == [("0", "8"), ("1", "8")], done.stdout[-2000:]
+    assert "wrote" not in done.stdout

@@ -5,8 +5,8 @@ A ``graph`` rank swaps halo rows with its peers at every aggregation, forward an
 the ranks go in step: each swap waits for the slowest peer to arrive and for the rows to cross.
 The profile predicts a graph rank's compute within a percent (``benchmarks/graph_gap.py``:
 its forward and backward with the network taken out) and the link measures the crossing, yet a
-GCNII-32 rank on 50,000 nodes waited 6.5-8.8 ms per swap where the bytes at the link's speed
-take 3.0 ms: the ranks' skew, and the transfer sharing the cores with the other rank's work.
+GCNII-32 rank on 50,000 nodes waited 7.7-9.0 ms per swap where the bytes at the link's speed
+take 3.9 ms: the ranks' skew, and the transfer sharing the cores with the other rank's work.
 Neither shows outside a run. So when a ``graph`` layout contends for the pick, the planner runs
 it for :data:`EPOCHS` epochs on the cluster, and the time its epochs took beyond the prediction,
 per swap, becomes the profile's :attr:`~gnnpipe.plan.profile.Profile.swap_wait` for every

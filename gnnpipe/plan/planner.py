@@ -158,7 +158,10 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
     a predicted epoch (:mod:`gnnpipe.plan.costs`), every rank's peak memory
     (``gp.estimate_memory``'s model) and its bytes per epoch (``gp.comm_volume``). Without a
     ``memory_limit`` the layouts that only save memory (``recompute``, and 16-bit ones unless
-    ``compact=True``) cannot be chosen and are not weighed.
+    ``compact=True``) cannot be chosen and are not weighed. Where a ``graph`` layout contends
+    for the pick and the profile has no ``swap_wait`` yet, that layout runs 3 epochs on the
+    cluster to measure what its lockstep halo swaps wait (:mod:`gnnpipe.plan.calibrate`), and
+    every ``graph`` layout is weighed again with it.
 
     Args:
         model: the stack (or a PyG ``BasicGNN`` / ``Sequential``, as ``gp.train`` takes it).
@@ -232,8 +235,10 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         weighed = [search.evaluate(layout) for layout in candidates]
         clock.lap("search")
         if handle is not None:
-            search, weighed = _measure_swaps(handle, search, weighed, compact)
-            clock.lap("swap_wait")
+            measured, weighed = _measure_swaps(handle, search, weighed, compact)
+            if measured is not search:
+                search = measured
+                clock.lap("swap_wait")
     finally:
         if owned and handle is not None:
             handle.close()

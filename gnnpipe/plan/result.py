@@ -49,7 +49,9 @@ class Plan:
         made_for: what the plan was made for, as its maker records it (the command line keeps
             ``model``, ``layers``, ``hidden`` and ``dataset`` here); saved with :meth:`to_json`.
         seconds: what planning took, by phase (``memory_check``: the refusal of a limit no
-            layout meets, ``profile``, ``search``; the profile's 0 when one was reused).
+            layout meets, ``profile``, ``search``, and ``swap_wait`` where a ``graph`` layout
+            contending for the pick ran briefly to measure it; the profile's 0 when one was
+            reused).
     """
 
     layout: Layout
