@@ -43,6 +43,21 @@ def small_graph():
 
 
 @pytest.fixture(scope="session")
+def small_gcnii(small_graph):
+    """A 4-layer GCNII (hidden 16) for ``small_graph``: the planner's tests plan it."""
+    torch.manual_seed(0)
+    return gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=4)
+
+
+@pytest.fixture(scope="session")
+def small_profile(small_gcnii, small_graph):
+    """``small_gcnii``'s profile on ``small_graph`` (4 chunks, 2 timed epochs)."""
+    from gnnpipe.plan import profile_model
+
+    return profile_model(small_gcnii, small_graph, chunks=4, repeats=2)
+
+
+@pytest.fixture(scope="session")
 def cluster():
     """A real local Dask cluster of 4 worker processes, shared by the tests that ask for it."""
     with gp.Cluster(n_workers=4) as c:

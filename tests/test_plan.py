@@ -134,15 +134,14 @@ def test_chunk_candidates():
     assert chunk_candidates(4, 1000, 10) == [4, 8]
 
 
-@pytest.fixture(scope="module")
-def model(small_graph):
-    torch.manual_seed(0)
-    return gp.models.gcnii(small_graph.num_features, hidden=16, out_dim=4, layers=4)
+@pytest.fixture(scope="session")
+def model(small_gcnii):
+    return small_gcnii
 
 
-@pytest.fixture(scope="module")
-def profile(model, small_graph):
-    return profile_model(model, small_graph, chunks=4, repeats=2)
+@pytest.fixture(scope="session")
+def profile(small_profile):
+    return small_profile
 
 
 def test_profile_shapes_and_positive_numbers(model, profile):

@@ -33,10 +33,11 @@ def estimate_memory(model: Any, data: Data, mode: str | None = None,
     (METIS runs on it as the run would).
 
     Returns:
-        One row per rank, in order (columns ``rank``, as in ``run.memory()``, and ``stage``;
-        ``single`` and ``local`` have rank 0; the index is the rank too), the items of :mod:`gnnpipe.analysis.memory` (``parameters``, ``features``,
-        ``adjacency``, ``history``, ``recompute_cache``, ``runtime``, ``stash``, ``working``,
-        ``communication``, ``evaluation``) and ``peak_bytes``, all in bytes. Compare it with
+        One row per rank, in order (the index is the rank too), columns ``rank`` (as in
+        ``run.memory()``), ``stage``, the items of :mod:`gnnpipe.analysis.memory`
+        (``parameters``, ``features``, ``adjacency``, ``history``, ``recompute_cache``,
+        ``runtime``, ``stash``, ``working``, ``communication``, ``evaluation``) and
+        ``peak_bytes``, all in bytes; ``single`` and ``local`` have rank 0. Compare it with
         ``run.memory()["peak_bytes"]`` of the run.
 
     Raises:

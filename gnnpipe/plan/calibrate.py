@@ -3,8 +3,8 @@
 
 A ``graph`` rank swaps halo rows with its peers at every aggregation, forward and backward, and
 the ranks go in step: each swap waits for the slowest peer to arrive and for the rows to cross.
-The profile predicts a graph rank's compute within a percent (``benchmarks/graph_gap.py``:
-its forward and backward with the network taken out) and the link measures the crossing, yet a
+The profile predicts a graph rank's compute within 1-3% (``benchmarks/graph_gap.py``: its
+forward, backward and step with the network taken out) and the link measures the crossing, yet a
 GCNII-32 rank on 50,000 nodes waited 7.7-9.0 ms per swap where the bytes at the link's speed
 take 3.9 ms: the ranks' skew, and the transfer sharing the cores with the other rank's work.
 Neither shows outside a run. So when a ``graph`` layout contends for the pick, the planner runs

@@ -260,11 +260,11 @@ def _measure_swaps(cluster: Any, search: Search, weighed: list[Candidate],
     layout again with it (without it, where that run fails)."""
     if search.profile.swap_wait is not None:
         return search, weighed
-    chosen, _ = _rank(weighed, compact)
-    float32_fits = any(c.fits and not c.layout.compact for c in weighed)
-    graphs = [c for c in weighed if c.layout.mode is Mode.GRAPH and c.fits
-              and not (compact is None and float32_fits and c.layout.compact)]
-    best = min(graphs, key=lambda c: c.epoch_time, default=None)
+    float32_fits = _float32_fits(weighed)
+    chosen = min(weighed, key=lambda c: _order(c, float32_fits, compact))
+    best = min((c for c in weighed if c.layout.mode is Mode.GRAPH and c.fits
+                and not _deferred(c, float32_fits, compact)),
+               key=lambda c: c.epoch_time, default=None)
     if best is None or best.epoch_time > CONTENDS * chosen.epoch_time:
         return search, weighed
     try:
@@ -301,8 +301,17 @@ def _order(c: Candidate, float32_fits: bool, compact: bool | None) -> tuple:
     """Fitting first; 16-bit layouts after float32 ones while a float32 one fits (unless
     ``compact``); then the fastest, a 1F1B layout's epoch counted :data:`SCHEDULE_MARGIN`
     longer."""
-    deferred = compact is None and float32_fits and c.layout.compact
-    return (not c.fits, deferred, c.epoch_time * _margin(c))
+    return (not c.fits, _deferred(c, float32_fits, compact), c.epoch_time * _margin(c))
+
+
+def _float32_fits(weighed: Sequence[Candidate]) -> bool:
+    """Whether a layout storing and sending float32 fits."""
+    return any(c.fits and not c.layout.compact for c in weighed)
+
+
+def _deferred(c: Candidate, float32_fits: bool, compact: bool | None) -> bool:
+    """A 16-bit layout while a float32 one fits, under ``compact=None``: chosen only after."""
+    return compact is None and float32_fits and c.layout.compact
 
 
 def _margin(c: Candidate) -> float:
@@ -312,7 +321,7 @@ def _margin(c: Candidate) -> float:
 
 def _rank(weighed: list[Candidate], compact: bool | None) -> tuple[Candidate, pd.DataFrame]:
     """The chosen candidate and the table of all, best first, each with why it lost."""
-    float32_fits = any(c.fits and not c.layout.compact for c in weighed)
+    float32_fits = _float32_fits(weighed)
     ranked = sorted(weighed, key=lambda c: _order(c, float32_fits, compact))
     chosen = ranked[0]
     rows = []
@@ -339,7 +348,7 @@ def _reason(c: Candidate, chosen: Candidate, float32_fits: bool, compact: bool |
     if not c.fits:
         return (f"needs {format_bytes(max(c.peak_bytes))} on a rank, over the memory limit "
                 f"(less its headroom)")
-    if compact is None and float32_fits and c.layout.compact:
+    if _deferred(c, float32_fits, compact):
         return "stores or sends 16-bit values, not needed: a float32 layout fits"
     ratio = c.epoch_time / chosen.epoch_time if chosen.epoch_time > 0 else float("inf")
     if ratio <= 1.0:  # faster, but 1F1B by less than its margin
