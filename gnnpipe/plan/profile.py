@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
@@ -29,6 +29,9 @@ from gnnpipe.datasets.fit import model_graph
 from gnnpipe.nn import LayerStack, check_stack
 from gnnpipe.plan.bench import SliceBench, medians, tiny_rows
 from gnnpipe.pyg import as_stack
+
+if TYPE_CHECKING:
+    from gnnpipe.runtime.shipping import Cargo
 
 __all__ = [
     "BYTES_PER_VALUE",
@@ -304,6 +307,11 @@ def _naming_dead_workers(cluster: Any, addresses: list[str]) -> Iterator[None]:
             f"a profile made elsewhere (profile=) or leave out cluster=") from exc
 
 
+def _profile_cargo(cargo: Cargo, chunks: int, **kwargs: Any) -> Profile:
+    """:func:`profile_model` of what a worker was sent."""
+    return profile_model(cargo.model, cargo.data, chunks, **kwargs)
+
+
 def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data,
                        chunks: int = 8, pieces: int | None = None, **kwargs: Any) -> Profile:
     """:func:`profile_model` on ``workers`` Dask workers, the blocks of each stage of the
@@ -319,6 +327,7 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
     from gnnpipe.engine.local import stage_ranges
     from gnnpipe.runtime.cluster import resolve
     from gnnpipe.runtime.link import measure_link
+    from gnnpipe.runtime.shipping import Cargo
 
     data = check_inputs(model, data)
     kwargs.setdefault("warmup", WORKER_WARMUP)
@@ -332,10 +341,10 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
         cores = _shared_cores(client, addresses[:workers])
         busy = addresses[:_at_once(workers, cores, threads)]
         handle.keep_running(busy)
-        shipped = client.scatter([model, data], broadcast=True, hash=False, workers=busy)
+        shipped = client.scatter(Cargo(model, data), broadcast=True, hash=False, workers=busy)
         ranges = stage_ranges(len(model), min(max(pieces or 0, workers), len(model)))
         owners = [busy[i * len(busy) // len(ranges)] for i in range(len(ranges))]
-        futures = [client.submit(profile_model, *shipped, chunks, blocks=blocks, threads=threads,
+        futures = [client.submit(_profile_cargo, shipped, chunks, blocks=blocks, threads=threads,
                                  workers=[owner], allow_other_workers=False, pure=False, **kwargs)
                    for owner, blocks in zip(owners, ranges)]
         with _naming_dead_workers(handle, busy):

@@ -11,13 +11,16 @@ from torch_geometric.data import Data
 
 from gnnpipe.core.job import Launch, TrainConfig
 from gnnpipe.nn import LayerStack
+from gnnpipe.runtime.shipping import ship_by_frames
 
 __all__ = ["Attempt", "JobSpec", "RankResult", "backend_for"]
 
 
+@ship_by_frames
 @dataclass(frozen=True)
 class JobSpec:
-    """Everything a rank needs, a frozen description of the job; pickled once per rank by Dask.
+    """Everything a rank needs, a frozen description of the job; sent to each rank by Dask (the
+    graph's tensors as frames of their own, :mod:`~gnnpipe.runtime.shipping`).
     Ranks train a copy of ``model``; what changes from one launch to the next (threads,
     rendezvous, the checkpoint resumed after a restart) is an :class:`Attempt`.
 
