@@ -6,18 +6,19 @@ are copied into one pickle, sent, and copied out again on every worker. For Face
 for the same tensors sent as Dask sends a tensor (its bytes as a frame of their own, no copy
 into a pickle). :func:`ship_by_frames` registers a frozen dataclass holding a ``data: Data``
 field with Dask so that the graph's tensors travel as frames and the rest (the model, the job)
-as a small pickle. The class's module calls it, so a worker that unpickles the class's name
+as a small pickle (Dask's, which falls back to cloudpickle, so a model written in a notebook
+or a script's ``__main__``, lambdas included, travels as it did before). The class's module calls it, so a worker that unpickles the class's name
 registers it before it reads the frames.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import pickle
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from distributed.protocol import pickle
 from distributed.protocol.serialize import dask_deserialize, dask_serialize
 from torch import Tensor
 from torch_geometric.data import Data

@@ -50,6 +50,17 @@ def test_a_graph_arrives_whole_as_frames() -> None:
     assert isinstance(back.model, LayerStack)
 
 
+def test_a_model_written_in_main_travels_too() -> None:
+    """A user's model from a notebook or script holds what only cloudpickle can send."""
+    stack = _stack()
+    offset = 2.0
+    stack.shift = lambda t: t + offset  # a local lambda: plain pickle refuses it
+    header, frames = serialize(Cargo(stack, _graph()), serializers=["dask"])
+    back = deserialize(header, frames)
+    assert header["serializer"] == "dask"
+    assert torch.equal(back.model.shift(torch.zeros(2)), torch.full((2,), 2.0))
+
+
 @pytest.mark.parametrize("data", [_MyData(x=torch.ones(3, 2))], ids=["subclass"])
 def test_other_graphs_are_pickled_whole(data: Data) -> None:
     header, frames = serialize(Cargo(_stack(), data), serializers=["dask", "pickle"])
