@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -201,11 +202,14 @@ class SliceBench:
                 for ex in self.executors]
 
 
-def medians(bench: SliceBench, warmup: int, repeats: int) -> dict[str, list[float]]:
+def medians(bench: SliceBench, warmup: int, repeats: int,
+            until: Callable[[], bool] | None = None) -> dict[str, list[float]]:
     """Per kind and block, the median seconds of ``repeats`` epochs, timed once the warm-up is
     over: at least ``warmup`` untimed epochs, and more (up to :data:`MAX_WARMUP`) while an
     epoch still ran more than :data:`STEADY` slower or faster than the one before (a fresh
-    worker's heap is still growing)."""
+    worker's heap is still growing). With ``until``, untimed epochs go on after the timed ones
+    until it returns True (called once per epoch: keeping the host as busy as while timing, for
+    other workers still timing theirs; :class:`gnnpipe.runtime.together.Together`)."""
     took: list[dict[str, list[float]]] = []
     seconds: list[float] = []
     timed_from: list[int] = [] if warmup else [0]  # where the timed epochs start, once known
@@ -217,10 +221,11 @@ def medians(bench: SliceBench, warmup: int, repeats: int) -> dict[str, list[floa
         if not timed_from and k >= warmup and (
                 k == MAX_WARMUP or (k >= 2 and abs(seconds[-1] / seconds[-2] - 1) <= STEADY)):
             timed_from.append(k)
-        return bool(timed_from) and k >= timed_from[0] + repeats
+        timed = bool(timed_from) and k >= timed_from[0] + repeats
+        return timed and (until is None or until())
 
     total = MAX_WARMUP + repeats
-    drive(bench, total, eval_every=total + 1, callbacks=[keep])
-    epochs = took[timed_from[0]:]
+    drive(bench, sys.maxsize if until else total, eval_every=sys.maxsize, callbacks=[keep])
+    epochs = took[timed_from[0]:timed_from[0] + repeats]
     return {kind: [statistics.median(e[kind][k] for e in epochs)
                    for k in range(len(bench.executors))] for kind in epochs[0]}

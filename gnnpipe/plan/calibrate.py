@@ -31,8 +31,9 @@ from gnnpipe.runtime.start import start_distributed
 
 __all__ = ["CONTENDS", "EPOCHS", "measure_swap_wait"]
 
-#: Epochs of the measuring run; the first is not timed (its ranks build their halo plans).
-EPOCHS = 3
+#: Epochs of the measuring run; the first is not timed (its ranks build their halo plans), the
+#: second is (each further epoch would cost the plan about one more epoch of the pick).
+EPOCHS = 2
 #: A ``graph`` layout predicted within this factor of the chosen one's epoch contends for the
 #: pick (the misses it corrects were predicted 3-35% fast).
 CONTENDS = 1.35

@@ -17,7 +17,7 @@ import dataclasses
 import math
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from gnnpipe.pyg import as_stack
 
 if TYPE_CHECKING:
     from gnnpipe.runtime.shipping import Cargo
+    from gnnpipe.runtime.together import Together
 
 __all__ = [
     "BYTES_PER_VALUE",
@@ -166,7 +167,8 @@ class Profile:
 
 def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
                   blocks: tuple[int, int] | None = None, repeats: int = 2, warmup: int = 1,
-                  seed: int = 0, threads: int | None = 1, lean: bool = False) -> Profile:
+                  seed: int = 0, threads: int | None = 1, lean: bool = False,
+                  until: Callable[[], bool] | None = None) -> Profile:
     """Measure the blocks' costs inside GNNPipe's chunked epoch on the real graph.
 
     A copy of ``model`` (its weights stay untouched) trains ``warmup`` epochs (more while their
@@ -189,6 +191,8 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
             merged chunk half the graph's). ``buffer_bytes`` are then those of the 16-bit
             buffers; without the merged chunk ``exact_*`` are 0 and whole-graph ops are
             predicted from the chunks' seconds per row.
+        until: after the timed epochs, run untimed ones until it returns True (default: stop;
+            :func:`profile_on_workers` keeps every worker busy until all are done timing).
     """
     model = as_stack(model, data)
     data = check_inputs(model, data)
@@ -208,7 +212,7 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
     work = copy.deepcopy(model).train()
     try:
         bench = SliceBench(work, data, count, start, stop, seed, lean=lean)
-        took = medians(bench, warmup, repeats)
+        took = medians(bench, warmup, repeats, until)
         kept, buffers = bench.kept_bytes(), bench.buffer_bytes()
     finally:
         torch.set_num_threads(before)
@@ -307,6 +311,16 @@ def _naming_dead_workers(cluster: Any, addresses: list[str]) -> Iterator[None]:
             f"a profile made elsewhere (profile=) or leave out cluster=") from exc
 
 
+@contextlib.contextmanager
+def _releasing(mate: Together, client: Any) -> Iterator[None]:
+    """Release every lingering worker if profiling fails (they would run on to their limit)."""
+    try:
+        yield
+    except BaseException:
+        mate.release(client)
+        raise
+
+
 def _profile_cargo(cargo: Cargo, chunks: int, **kwargs: Any) -> Profile:
     """:func:`profile_model` of what a worker was sent."""
     return profile_model(cargo.model, cargo.data, chunks, **kwargs)
@@ -322,12 +336,15 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
     With ``pieces`` (more than ``workers``) the blocks are profiled in that many consecutive
     ranges, a worker's share one range after another, so a worker holds only a range's buffers
     (under a memory limit). Workers run :data:`WORKER_WARMUP` untimed epochs first unless ``warmup``
-    is given. Then two of them measure what a message between them costs (the profile's
+    is given, and one done timing runs untimed epochs until the others are done too
+    (:mod:`gnnpipe.runtime.together`: a slower slice's last ops are not timed alone). Then two of
+    them measure what a message between them costs (the profile's
     ``latency`` and ``bandwidth``)."""
     from gnnpipe.engine.local import stage_ranges
     from gnnpipe.runtime.cluster import resolve
     from gnnpipe.runtime.link import measure_link
     from gnnpipe.runtime.shipping import Cargo
+    from gnnpipe.runtime.together import together
 
     data = check_inputs(model, data)
     kwargs.setdefault("warmup", WORKER_WARMUP)
@@ -344,11 +361,15 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
         shipped = client.scatter(Cargo(model, data), broadcast=True, hash=False, workers=busy)
         ranges = stage_ranges(len(model), min(max(pieces or 0, workers), len(model)))
         owners = [busy[i * len(busy) // len(ranges)] for i in range(len(ranges))]
+        company = together(owners)
         futures = [client.submit(_profile_cargo, shipped, chunks, blocks=blocks, threads=threads,
-                                 workers=[owner], allow_other_workers=False, pure=False, **kwargs)
-                   for owner, blocks in zip(owners, ranges)]
-        with _naming_dead_workers(handle, busy):
+                                 until=mate, workers=[owner], allow_other_workers=False,
+                                 pure=False, **kwargs)
+                   for owner, blocks, mate in zip(owners, ranges, company)]
+        with _naming_dead_workers(handle, busy), _releasing(company[0], client):
             joined = Profile.join(handle.gather_pinned(futures, busy))
+        company[0].forget(client)
+        with _naming_dead_workers(handle, busy):
             link = measure_link(handle) or (0.0, 0.0)
         return dataclasses.replace(joined, concurrent=len(set(owners)), cores=cores, threads=threads,
                                    latency=link[0], bandwidth=link[1])
