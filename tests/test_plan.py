@@ -455,11 +455,13 @@ def test_a_limited_plan_profiles_a_quarter_of_a_workers_blocks_at_a_time(cluster
     """Under a memory limit each worker profiles its blocks in ranges, one after another, lean
     (no merged chunk: no exact-scale costs); the joined profile has every block in order."""
     from gnnpipe.plan.profile import profile_on_workers
+    from gnnpipe.runtime.together import LINGER_LIMIT_S
 
     pieces = profile_on_workers(cluster, 2, model, small_graph, 8, pieces=4, repeats=1,
                                 lean=True)
     assert [b.index for b in pieces.blocks] == list(range(len(model)))
     assert all(b.forward_s > 0 and b.exact_forward_s == 0 for b in pieces.blocks)
+    assert pieces.seconds < LINGER_LIMIT_S  # no piece waited behind another of its worker's
     planned = gp.plan(model, small_graph, 2, cluster=cluster, repeats=1, memory_limit="10GB",
                       modes=["pipeline"])
     assert [b.index for b in planned.profile.blocks] == list(range(len(model)))

@@ -5,8 +5,8 @@ will. But their slices are rarely equal (Facebook's first slice, with its 4,714-
 dropout, took 8.8 s against the second's 5.1 s), and a worker whose timed epochs end first
 leaves the slower one timing its last epochs alone, up to the 1.2x faster that this 2-core
 machine runs one busy process than two. Run with a :class:`Together`, a worker that has timed
-its epochs says so (a Dask ``Event`` per piece of work) and, if it has no other piece still to
-run, keeps running untimed epochs until every piece has said so.
+its epochs says so (a Dask ``Event`` per piece of work) and, if no other piece of its own is
+still to finish, keeps running untimed epochs until every piece has said so.
 """
 
 from __future__ import annotations
@@ -25,17 +25,19 @@ LINGER_LIMIT_S = 600.0
 
 @dataclass
 class Together:
-    """One piece of work among ``names`` (one Dask ``Event`` each), at ``mine``.
+    """One piece of work among ``names`` (one Dask ``Event`` each), at ``mine``; ``mates`` are
+    the pieces its worker runs (itself included).
 
     Called after each epoch once the piece's timed epochs are over: the first call says this
-    piece is done; each call answers whether the worker may stop, which is at once where
-    ``lingers`` is False (the worker has another piece to run, which keeps it busy) and
-    otherwise once every piece is done (or after :data:`LINGER_LIMIT_S`).
+    piece is done; each call answers whether the worker may stop. A piece that is not the last
+    of its worker's to finish stops at once (its worker has another piece to run, and Dask may
+    run a worker's pieces in any order: lingering would hold the others up); the last one keeps
+    its worker busy until every piece is done (or for :data:`LINGER_LIMIT_S` at most).
     """
 
     names: tuple[str, ...]
     mine: int
-    lingers: bool
+    mates: tuple[int, ...]
     _waiting: list[str] = field(default_factory=list, repr=False)
     _since: float = field(default=0.0, repr=False)
 
@@ -45,9 +47,9 @@ class Together:
         if not self._since:
             Event(self.names[self.mine]).set()
             self._since = time.perf_counter()
+            if not all(Event(self.names[j]).is_set() for j in self.mates):
+                return True  # a piece of this worker's is still to run, or running
             self._waiting = [n for n in self.names if n != self.names[self.mine]]
-        if not self.lingers:
-            return True
         while self._waiting and Event(self._waiting[0]).is_set():
             self._waiting.pop(0)
         return not self._waiting or time.perf_counter() - self._since > LINGER_LIMIT_S
@@ -68,9 +70,8 @@ class Together:
 
 
 def together(owners: list[str]) -> list[Together]:
-    """One :class:`Together` per piece of work, ``owners[i]`` the worker running piece ``i``
-    (pieces of one worker run in order): only a worker's last piece lingers."""
+    """One :class:`Together` per piece of work, ``owners[i]`` the worker running piece ``i``."""
     run = uuid.uuid4().hex[:12]
     names = tuple(f"gnnpipe-together-{run}-{i}" for i in range(len(owners)))
-    last = {owner: i for i, owner in enumerate(owners)}
-    return [Together(names, i, last[owner] == i) for i, owner in enumerate(owners)]
+    mates = {owner: tuple(i for i, o in enumerate(owners) if o == owner) for owner in owners}
+    return [Together(names, i, mates[owner]) for i, owner in enumerate(owners)]
