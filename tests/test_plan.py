@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import itertools
 import math
@@ -492,6 +493,19 @@ def test_a_profile_for_more_ranks_than_cores_is_timed_on_as_many_as_the_cores(
     assert (four.threads, four.cores, four.concurrent) == (1, 2, 2)
     assert four.slowdown(2) == pytest.approx(1.0)
     assert four.slowdown(4) >= 2.0  # four ranks take turns on the two cores
+
+
+def test_one_process_alone_gains_less_over_whole_graph_ops_than_over_chunks(profile):
+    """``single`` runs whole-graph ops, which share a host's memory bandwidth at less cost than
+    chunk ops: alone on a profile's 2 busy cores it is predicted faster by that smaller share."""
+    from gnnpipe.plan.costs import single_epoch
+    from gnnpipe.plan.profile import EXACT_SHARED_BANDWIDTH, SHARED_BANDWIDTH
+
+    shared = dataclasses.replace(profile, concurrent=2, cores=2, threads=1)
+    assert shared.slowdown(1) == pytest.approx(1 / (1 + SHARED_BANDWIDTH))
+    assert shared.slowdown(1, exact=True) == pytest.approx(1 / (1 + EXACT_SHARED_BANDWIDTH))
+    assert shared.slowdown(2, exact=True) == shared.slowdown(2) == pytest.approx(1.0)
+    assert single_epoch(shared) == pytest.approx(single_epoch(profile) * shared.slowdown(1, True))
 
 
 def test_plan_considers_chunk_counts_only_up_to_the_profiled_reach(model, small_graph, profile):

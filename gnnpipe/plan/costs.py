@@ -73,7 +73,8 @@ def single_epoch(profile: Profile) -> float:
     """Seconds of a ``single`` epoch: every row through every block as one chunk, one step (in
     one process with a worker's threads, alone on its host)."""
     n = profile.num_nodes
-    return profile.slowdown(1) * sum(c.exact_seconds(n) + c.step_s for c in profile.blocks)
+    return profile.slowdown(1, exact=True) * sum(c.exact_seconds(n) + c.step_s
+                                                 for c in profile.blocks)
 
 
 def _staged_costs(profile: Profile, layout: Layout, ranges: Sequence[tuple[int, int]],
@@ -136,7 +137,7 @@ def graph_epoch(profile: Profile, shards: Sequence[Shard], net: Network) -> floa
     blocks = profile.blocks
     swaps = swaps_per_epoch(profile, len(shards))
     peers = len(shards) - 1
-    slow = profile.slowdown(len(shards))
+    slow = profile.slowdown(len(shards), exact=True)
     slowest = max(slow * sum(c.exact_seconds(s.rows) for c in blocks)
                   + net.seconds(s.sent_bytes, swaps * peers) for s in shards)
     step = slow * sum(c.step_s for c in blocks)

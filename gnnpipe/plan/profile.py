@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BYTES_PER_VALUE",
+    "EXACT_SHARED_BANDWIDTH",
     "SHARED_BANDWIDTH",
     "WORKER_WARMUP",
     "BlockCost",
@@ -55,6 +56,11 @@ WORKER_WARMUP = 1
 #: memory bandwidth and caches (measured on this project's 2-core machine: two busy processes
 #: each run about 1.2x slower than one alone; a many-core host shares less per core busy).
 SHARED_BANDWIDTH = 0.2
+#: The same for an op over a whole graph or half of one at once (``single``'s, a ``graph``
+#: rank's): measured on the same machine, GCNII-32 on 50,000 nodes, the profile's whole-graph
+#: ops took 1.05x as long on two workers at once as in one process alone (its chunk ops 1.12-
+#: 1.18x); with 0.2 ``single`` was predicted 17% fast (median, 10 layouts of the planner grid).
+EXACT_SHARED_BANDWIDTH = 0.05
 @dataclass(frozen=True)
 class BlockCost:
     """Measured costs of one block.
@@ -129,17 +135,19 @@ class Profile:
     #: measured in a short run on the cluster (:mod:`gnnpipe.plan.calibrate`; None: not yet).
     swap_wait: float | None = None
 
-    def slowdown(self, workers: int) -> float:
+    def slowdown(self, workers: int, exact: bool = False) -> float:
         """How much slower (or, below 1, faster) an op runs on one of ``workers`` ranks on the
         profile's host than it ran profiled: ranks share its cores (``workers × threads /
         cores`` when above 1) and its memory bandwidth (:data:`SHARED_BANDWIDTH` more per op
-        when every core is busy), as the profiled workers did."""
+        when every core is busy, :data:`EXACT_SHARED_BANDWIDTH` for an ``exact`` op over many
+        rows at once), as the profiled workers did."""
         if not self.cores:
             return 1.0
+        bandwidth = EXACT_SHARED_BANDWIDTH if exact else SHARED_BANDWIDTH
 
         def load(k: int) -> float:
             busy = min(k * self.threads, self.cores)
-            shared = 1.0 + SHARED_BANDWIDTH * (busy - 1) / max(self.cores - 1, 1)
+            shared = 1.0 + bandwidth * (busy - 1) / max(self.cores - 1, 1)
             return max(1.0, k * self.threads / self.cores) * shared
 
         return load(workers) / load(self.concurrent)
