@@ -320,13 +320,19 @@ def _naming_dead_workers(cluster: Any, addresses: list[str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _releasing(mate: Together, client: Any) -> Iterator[None]:
-    """Release every lingering worker if profiling fails (they would run on to their limit)."""
+def _together(owners: list[str], client: Any) -> Iterator[list[Together]]:
+    """A :class:`~gnnpipe.runtime.together.Together` per piece (``owners[i]`` runs piece
+    ``i``); if profiling fails every lingering worker is released (it would run on to its
+    limit), once every piece has returned their events are dropped."""
+    from gnnpipe.runtime.together import together
+
+    company = together(owners)
     try:
-        yield
+        yield company
     except BaseException:
-        mate.release(client)
+        company[0].release(client)
         raise
+    company[0].forget(client)
 
 
 def _profile_cargo(cargo: Cargo, chunks: int, **kwargs: Any) -> Profile:
@@ -352,7 +358,6 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
     from gnnpipe.runtime.cluster import resolve
     from gnnpipe.runtime.link import measure_link
     from gnnpipe.runtime.shipping import Cargo
-    from gnnpipe.runtime.together import together
 
     data = check_inputs(model, data)
     kwargs.setdefault("warmup", WORKER_WARMUP)
@@ -369,15 +374,13 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
         shipped = client.scatter(Cargo(model, data), broadcast=True, hash=False, workers=busy)
         ranges = stage_ranges(len(model), min(max(pieces or 0, workers), len(model)))
         owners = [busy[i * len(busy) // len(ranges)] for i in range(len(ranges))]
-        company = together(owners)
-        futures = [client.submit(_profile_cargo, shipped, chunks, blocks=blocks, threads=threads,
-                                 until=mate, workers=[owner], allow_other_workers=False,
-                                 pure=False, **kwargs)
-                   for owner, blocks, mate in zip(owners, ranges, company)]
-        with _naming_dead_workers(handle, busy), _releasing(company[0], client):
-            joined = Profile.join(handle.gather_pinned(futures, busy))
-        company[0].forget(client)
         with _naming_dead_workers(handle, busy):
+            with _together(owners, client) as company:
+                futures = [client.submit(_profile_cargo, shipped, chunks, blocks=blocks,
+                                         threads=threads, until=mate, workers=[owner],
+                                         allow_other_workers=False, pure=False, **kwargs)
+                           for owner, blocks, mate in zip(owners, ranges, company)]
+                joined = Profile.join(handle.gather_pinned(futures, busy))
             link = measure_link(handle) or (0.0, 0.0)
         return dataclasses.replace(joined, concurrent=len(set(owners)), cores=cores, threads=threads,
                                    latency=link[0], bandwidth=link[1])

@@ -7,8 +7,8 @@ for the same tensors sent as Dask sends a tensor (its bytes as a frame of their 
 into a pickle). :func:`ship_by_frames` registers a frozen dataclass holding a ``data: Data``
 field with Dask so that the graph's tensors travel as frames and the rest (the model, the job)
 as a small pickle (Dask's, which falls back to cloudpickle, so a model written in a notebook
-or a script's ``__main__``, lambdas included, travels as it did before). The class's module calls it, so a worker that unpickles the class's name
-registers it before it reads the frames.
+or a script's ``__main__``, lambdas included, travels as it did before). The class's module
+calls it, so a worker that unpickles the class's name registers it before it reads the frames.
 """
 
 from __future__ import annotations
