@@ -109,3 +109,33 @@ def test_call_in_a_worker_reimporting_the_script_is_refused(tmp_path):
     assert ("RuntimeError: start.py line 6: gp.Cluster starts Dask worker processes, which "
             "re-import this script; " + GUARD_HINT) in done.stderr.splitlines()
     assert _processes_with(marker) == []
+
+
+def test_script_edited_while_it_runs_is_not_refused_for_its_new_lines(tmp_path):
+    """The check reads the script from its file: where the file has changed since the script
+    started (an editor saved it), its line numbers are not the running code's, and a guarded
+    call must not be refused because an unguarded line now stands where it stood."""
+    code = textwrap.dedent("""\
+        import pathlib
+
+        from gnnpipe.runtime.scripts import check_main_guard
+
+        if __name__ == "__main__":
+            path = pathlib.Path(__file__)
+            path.write_text("x = 1\\n" * 20 + path.read_text())
+            check_main_guard()
+            print("not refused")
+        """)
+    done, _ = _run(tmp_path, "edited.py", code, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "not refused" in done.stdout
+
+
+def test_unedited_script_is_still_refused_from_its_file(tmp_path):
+    """The comparison with the running code keeps the check itself: an unguarded call in an
+    unchanged file is refused, naming its line."""
+    code = "from gnnpipe.runtime.scripts import check_main_guard\n\ncheck_main_guard()\n"
+    done, _ = _run(tmp_path, "plain.py", code, timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "RuntimeError: plain.py line 3: check_main_guard starts Dask worker processes")

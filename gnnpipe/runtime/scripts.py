@@ -33,7 +33,7 @@ def check_main_guard() -> None:
     if not bootstrapping and not _reimported_by_workers():
         return
     frame = _script_frame()
-    parsed = _parse(frame.f_code.co_filename) if frame is not None else None
+    parsed = _parse(frame) if frame is not None else None
     if frame is None or parsed is None:
         if bootstrapping:
             raise RuntimeError(_message("this script", 0, "this call"))
@@ -55,7 +55,8 @@ def _reimported_by_workers() -> bool:
     """Whether Dask's worker processes will re-run the main module: spawned (the default
     ``distributed.worker.multiprocessing-method``), from a file, not a package's ``__main__``
     (which multiprocessing never re-imports), not an interactive session."""
-    if dask.config.get("distributed.worker.multiprocessing-method") != "spawn":
+    # (distributed's own default where it has not been imported yet to register it)
+    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") != "spawn":
         return False
     main = sys.modules.get("__main__")
     spec_name = getattr(getattr(main, "__spec__", None), "name", None) or ""
@@ -82,10 +83,16 @@ def _same_file(a: str, b: str | None) -> bool:
     return b is not None and os.path.realpath(a) == os.path.realpath(b)
 
 
-def _parse(path: str) -> tuple[ast.Module, str] | None:
+def _parse(frame: FrameType) -> tuple[ast.Module, str] | None:
+    """The script's syntax tree and source, read from its file; None where the file no longer
+    holds the code the frame runs (edited since the script started: its lines would not be the
+    running ones) or cannot be read."""
+    path = frame.f_code.co_filename
     try:
         with tokenize.open(path) as f:
             source = f.read()
+        if compile(source, path, "exec", dont_inherit=True) != frame.f_code:
+            return None
         return ast.parse(source, filename=path), source
     except (OSError, SyntaxError, ValueError):
         return None
