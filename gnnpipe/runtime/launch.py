@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from dask.utils import format_bytes
 from distributed import Future, wait
+from distributed.client import FuturesCancelledError
 from distributed.comm import CommClosedError
 from torch import Tensor
 
@@ -37,10 +38,14 @@ class FailureKind(enum.Enum):
     DIED = "died"  # its worker process died
     RAISED = "raised"  # it raised in its own code
     HUNG = "hung"  # it stopped answering: its peers timed out waiting for it
+    CANCELLED = "cancelled"  # the scheduler cancelled its task (it forgot it)
     FALLOUT = "fallout"  # an error that only echoes another rank's failure
 
 
-_RANKING = {FailureKind.DIED: 0, FailureKind.RAISED: 1, FailureKind.HUNG: 1, FailureKind.FALLOUT: 2}
+_RANKING = {FailureKind.DIED: 0, FailureKind.RAISED: 1, FailureKind.HUNG: 1,
+            FailureKind.CANCELLED: 1, FailureKind.FALLOUT: 2}
+#: Kinds that may only echo a worker's death, which takes a few seconds to show.
+_ECHOES = (FailureKind.CANCELLED, FailureKind.FALLOUT)
 
 
 @dataclass(frozen=True)
@@ -151,35 +156,67 @@ def _watch(cluster: Cluster, workers: list[str], futures: list[Future],
     while pending:
         try:
             wait(list(pending), timeout=0.5, return_when="FIRST_COMPLETED")
-        except TimeoutError:
+        except (TimeoutError, FuturesCancelledError):  # a cancelled rank is recorded below
             pass
         pending = {f for f in pending if not f.done()}
         for f in futures:
-            if f.status == "error" and rank_of[f.key] not in failures:
-                exc = f.exception()
-                kind = FailureKind.FALLOUT if _is_fallout(exc) else FailureKind.RAISED
-                failures[rank_of[f.key]] = Failure(rank_of[f.key], kind,
-                                                   f"{type(exc).__name__}: {exc}")
+            if rank_of[f.key] not in failures and f.status in ("error", "cancelled"):
+                failures[rank_of[f.key]] = _failure(rank_of[f.key], f)
         now = time.monotonic()
         _note_dead(absence.seconds(), workers, failures)
         if not failures:
             continue
         first_failure = first_failure or now
         waited = now - first_failure
-        if any(f.kind is not FailureKind.FALLOUT for f in failures.values()):
+        kinds = {f.kind for f in failures.values()}
+        if not kinds <= set(_ECHOES):  # a rank's own error, a hang or a dead worker
             if waited >= _GRACE_S or not pending:
                 break
-            continue
-        # Only fallout so far: a rank still running in its own code while its peers timed out
-        # waiting for it is the hung one; else give a dead worker time to be noticed.
-        late = waited >= _FALLOUT_GRACE_S or not pending
-        if late or (waited >= _GRACE_S and any("timed out" in f.cause.lower()
-                                                for f in failures.values())):
-            hung = _hung(cluster, workers, sorted(rank_of[f.key] for f in pending), prefix, late)
-            failures.update({r: Failure(r, FailureKind.HUNG, _HUNG) for r in hung})
-            if hung or late:
+        elif FailureKind.CANCELLED in kinds:  # its own event, unless a dead worker shows
+            if waited >= _DEAD_AFTER_S + _GRACE_S:
                 break
+        elif _hung_after_fallout(cluster, workers, failures, waited,
+                                 sorted(rank_of[f.key] for f in pending), prefix):
+            break
+    if failures and all(f.kind in _ECHOES for f in failures.values()):
+        _await_dead(absence, workers, failures)
     return failures
+
+
+def _hung_after_fallout(cluster: Cluster, workers: list[str], failures: dict[int, Failure],
+                        waited: float, running: list[int], prefix: str) -> bool:
+    """Only fallout so far: a rank still running in its own code while its peers timed out
+    waiting for it is the hung one (added to ``failures``); else give a dead worker time to be
+    noticed. Whether to stop waiting."""
+    late = waited >= _FALLOUT_GRACE_S or not running
+    if late or (waited >= _GRACE_S and any("timed out" in f.cause.lower()
+                                            for f in failures.values())):
+        hung = _hung(cluster, workers, running, prefix, late) if running else []
+        failures.update({r: Failure(r, FailureKind.HUNG, _HUNG) for r in hung})
+        return bool(hung) or late
+    return False
+
+
+def _failure(rank: int, future: Future) -> Failure:
+    """The failure of a rank whose task erred or was cancelled under the run (by the scheduler
+    once it forgot the task: its worker died and took the task's inputs along, most often)."""
+    if future.status == "cancelled":
+        return Failure(rank, FailureKind.CANCELLED,
+                       "its task was cancelled by the Dask scheduler")
+    exc = future.exception()
+    kind = FailureKind.FALLOUT if _is_fallout(exc) else FailureKind.RAISED
+    return Failure(rank, kind, f"{type(exc).__name__}: {exc}")
+
+
+def _await_dead(absence: Absence, workers: list[str], failures: dict[int, Failure]) -> None:
+    """Every rank ended with fallout or a cancelled task: give a dead worker, the cause those
+    may echo, the time to be noticed."""
+    deadline = time.monotonic() + _DEAD_AFTER_S + _GRACE_S
+    while time.monotonic() < deadline:
+        _note_dead(absence.seconds(), workers, failures)
+        if any(f.kind is FailureKind.DIED for f in failures.values()):
+            return
+        time.sleep(0.25)
 
 
 def _note_dead(absent: dict[str, float], workers: list[str],
@@ -192,7 +229,7 @@ def _note_dead(absent: dict[str, float], workers: list[str],
         gone = absent[w]
         confirmed = gone >= _DEAD_AFTER_S and any(q != r for q in failures)
         if (confirmed or gone >= _SURELY_DEAD_AFTER_S) and (
-                r not in failures or failures[r].kind is FailureKind.FALLOUT):
+                r not in failures or failures[r].kind in _ECHOES):
             failures[r] = Failure(r, FailureKind.DIED, "its worker process died")
 
 

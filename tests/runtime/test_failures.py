@@ -13,10 +13,12 @@ import time
 import cloudpickle
 import dask
 import pytest
+from distributed import Future
 from failing_blocks import fail_at, kill_worker
 
 import gnnpipe as gp
 from gnnpipe.runtime.launch import RankFailure
+from gnnpipe.runtime.placement import rank_key
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
@@ -63,6 +65,28 @@ def test_killing_a_worker_fails_fast_and_the_cluster_recovers(cluster, small_gra
     assert len(cluster.ready(4)) == 4
     again = gp.train(_model(small_graph), small_graph, "graph", parts=4, epochs=2, cluster=cluster,
                      progress=False)
+    assert len(again.history) == 2
+
+
+def test_a_rank_task_cancelled_under_the_run_fails_it_naming_the_rank(cluster, small_graph):
+    """The scheduler cancels a rank's task when it forgets it (its worker died and took the
+    task's inputs along): the run fails with that rank, not Dask's FuturesCancelledError, and
+    the workers serve the next run."""
+    run = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=100_000,
+                   cluster=cluster, timeout=300, background=True, progress=False)
+    deadline = time.monotonic() + 120
+    while len(run.history) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(run.history) >= 2 and not run.done
+    key = rank_key(run.launch.run_id, 1)
+    cancelled = time.monotonic()
+    cluster.client.cancel([Future(key, cluster.client)], force=True)
+    with pytest.raises(RankFailure, match=r"rank 1 failed: its task was cancelled by the Dask "
+                                          r"scheduler"):
+        run.wait(timeout=200)
+    assert time.monotonic() - cancelled < 100  # the monitor's grace, not the 300 s timeout
+    again = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
+                     cluster=cluster, progress=False)
     assert len(again.history) == 2
 
 
