@@ -28,6 +28,17 @@ def _model(graph, explode_at: int | None = None):
     return model if explode_at is None else fail_at(model, explode_at)
 
 
+def _running(cluster, graph):
+    """A long 2-stage pipeline in the background, once it has trained 2 epochs."""
+    run = gp.train(_model(graph), graph, "pipeline", stages=2, chunks=4, epochs=100_000,
+                   cluster=cluster, timeout=300, background=True, progress=False)
+    deadline = time.monotonic() + 120
+    while len(run.history) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(run.history) >= 2 and not run.done
+    return run
+
+
 def test_a_rank_that_raises_fails_the_run_naming_it(cluster, small_graph):
     started = time.monotonic()
     with pytest.raises(RankFailure, match=r"rank 1 failed: FloatingPointError: injected failure"):
@@ -40,12 +51,7 @@ def test_a_rank_that_raises_fails_the_run_naming_it(cluster, small_graph):
 
 
 def test_killing_a_worker_fails_fast_and_the_cluster_recovers(cluster, small_graph):
-    run = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=100_000,
-                   cluster=cluster, timeout=300, background=True, progress=False)
-    deadline = time.monotonic() + 120
-    while len(run.history) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(run.history) >= 2 and not run.done
+    run = _running(cluster, small_graph)
     victim = cluster.workers()[1]
     pid = cluster.client.run(os.getpid, workers=[victim])[victim]
     killed = time.monotonic()
@@ -72,12 +78,7 @@ def test_a_rank_task_cancelled_under_the_run_fails_it_naming_the_rank(cluster, s
     """The scheduler cancels a rank's task when it forgets it (its worker died and took the
     task's inputs along): the run fails with that rank, not Dask's FuturesCancelledError, and
     the workers serve the next run."""
-    run = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=100_000,
-                   cluster=cluster, timeout=300, background=True, progress=False)
-    deadline = time.monotonic() + 120
-    while len(run.history) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(run.history) >= 2 and not run.done
+    run = _running(cluster, small_graph)
     key = rank_key(run.launch.run_id, 1)
     cancelled = time.monotonic()
     cluster.client.cancel([Future(key, cluster.client)], force=True)
