@@ -120,3 +120,20 @@ def test_graph_gap_quick_run_times_both_parts_alone_and_every_swap_of_a_run():
                        done.stdout, re.MULTILINE)
     assert swaps == [("0", "8"), ("1", "8")], done.stdout[-2000:]
     assert "wrote" not in done.stdout
+
+
+def test_plan_memory_quick_run_measures_every_mode_under_its_limit():
+    """The plan's layouts train 2 epochs each, the distributed ones also on workers whose
+    memory_limit their estimate fits: every layout has a measured peak, and the pipeline and
+    graph ranks trim (a 3,000-node run's ceiling is below a worker's start size)."""
+    done = subprocess.run([sys.executable, "benchmarks/plan_memory.py", "--quick"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in done.stdout.splitlines() if line.startswith("| quick ")]
+    modes = {row[1].split()[0] for row in rows}
+    assert {"single", "pipeline", "graph"} <= modes, done.stdout
+    assert all(float(row[3]) > 0 for row in rows), done.stdout  # measured_peak
+    assert all(int(row[6]) > 0 for row in rows  # graph ranks trim at their halo swaps
+               if row[1].startswith(("pipeline", "graph"))), done.stdout
+    assert "wrote" not in done.stdout

@@ -325,7 +325,8 @@ def chunk_message_passing(cctx: Any, module: nn.Module, h: Tensor, key: int,
 # --------------------------------------------------------------------------- graph parallel
 def return_halo_grads(gctx: Any, grad: Tensor) -> Tensor:
     """Gradient of ``[own rows; halo rows]`` -> own rows': halo rows' gradients go back to their
-    owners, and the peers' gradients for my rows are added in."""
+    owners, and the peers' gradients for my rows are added in (``gctx.swapped()`` once they
+    have crossed: the rank's hook after every swap)."""
     plan, comm = gctx.plan, gctx.comm
     n_local = plan.hi - plan.lo
     local, halo = grad[:n_local].clone(), grad[n_local:]
@@ -338,6 +339,7 @@ def return_halo_grads(gctx: Any, grad: Tensor) -> Tensor:
             comm.isend(halo[offset:offset + count].to(gctx.wire), q, "halo_grad")
         offset += count
     comm.wait_all()
+    gctx.swapped()
     for q, rows in received.items():
         local.index_add_(0, plan.send_rows[q], rows.to(local.dtype))
     return local

@@ -3,6 +3,7 @@ aggregation (forward: rows to the ranks that need them; backward: their gradient
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,10 +88,12 @@ class GraphContext:
     """Block context for one rank's partition: aggregation with halo exchange."""
 
     def __init__(self, plan: HaloPlan, comm: Comm, seed: int, epoch: int, training: bool,
-                 wire: torch.dtype = torch.float32) -> None:
+                 wire: torch.dtype = torch.float32,
+                 after_swap: Callable[[], None] | None = None) -> None:
         self.plan, self.comm, self.seed, self.epoch, self.training = plan, comm, seed, epoch, training
         self.kind = "halo" if training else "eval"
         self.wire = wire if training else torch.float32  # evaluation's rows go exact
+        self.after_swap = after_swap
 
     def exchange(self, h: Tensor, kind: str) -> Tensor:
         """Send my rows that peers need, receive my halo rows (ordered like ``plan.halo``)."""
@@ -101,9 +104,15 @@ class GraphContext:
             if count:
                 parts[q] = self.comm.irecv((count, h.size(1)), q, dtype=self.wire)
         self.comm.wait_all()
+        self.swapped()
         if not parts:
             return h.new_zeros(0, h.size(1))
         return torch.cat([parts[q] for q in sorted(parts)]).to(h.dtype)
+
+    def swapped(self) -> None:
+        """After each halo swap, forward or backward: the rank's hook (its heap ceiling)."""
+        if self.after_swap is not None:
+            self.after_swap()
 
     def aggregate(self, h: Tensor, key: int) -> Tensor:
         if not self.training:
@@ -136,6 +145,9 @@ class GraphRank:
         plan = self.plan
         self.x, self.y, self.train = (t[plan.lo:plan.hi] for t in (data.x, data.y, data.train_mask))
         self.layout = ckpt.layout(spec.job.mode, spec.job.ranges, spec.node_order, rank=comm.rank)
+        #: Called after every halo swap of a training epoch (a rank under a memory limit trims
+        #: its heap there: rows under 1 MiB leave holes, as chunk tensors do).
+        self.after_swap: Callable[[], None] | None = None
 
     def begin_epoch(self, epoch: int) -> None:
         self.comm.epoch = epoch
@@ -145,7 +157,8 @@ class GraphRank:
         comm = self.comm
         start = comm.now()
         logits = self.model(self.x, GraphContext(self.plan, comm, self.spec.job.seed, epoch,
-                                                 training=True, wire=self.wire))
+                                                 training=True, wire=self.wire,
+                                                 after_swap=self.after_swap))
         loss = chunk_loss(logits, self.y, self.train, self.num_train)
         comm.record(OpKind.FORWARD, start)
         start = comm.now()

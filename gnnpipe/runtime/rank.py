@@ -23,7 +23,7 @@ from gnnpipe.engine.driver import Checkpointable, drive
 from gnnpipe.engine.memory import MemoryMeter
 from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm
-from gnnpipe.runtime.graph import graph_program
+from gnnpipe.runtime.graph import GraphRank, graph_program
 from gnnpipe.runtime.hybrid import hybrid_program
 from gnnpipe.runtime.pipeline import PipelineStage, pipeline_program
 from gnnpipe.runtime.spec import Attempt, JobSpec, RankResult
@@ -159,6 +159,8 @@ def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) ->
         program = make_program(spec, comm, model, data)
         if isinstance(program, PipelineStage):  # hybrid too: chunk ops leave holes in the heap
             program.executor.after_op = ceiling
+        elif isinstance(program, GraphRank):  # so do a small partition's rows
+            program.after_swap = ceiling
         reporter = EpochReporter(spec, comm, attempt.number)
         start, inherited = _resume(attempt, program, rank)
         callbacks: list[Callable[[dict[str, Any]], bool]] = [meter, reporter]
