@@ -2,8 +2,11 @@
 share of single's peak, and what a run that does not fit says.
 
 GCNII-32 (hidden 64) on a ``--nodes`` planted-partition graph (average degree 10, 64 features).
-First single's peak is measured (2 epochs in a fresh process). Then, each in a fresh process
-with workers capped at a share of it:
+First single's peak is measured (2 epochs in a fresh process), and the resident size of a
+worker once gnnpipe is loaded and the graph has arrived (where a run's ``peak_bytes`` count
+from). A cap is what a rank may add to that, a share of single's peak: each worker's Dask
+``memory_limit`` is the worker's size plus the cap, over 95% (the nanny kills a worker there).
+Then, each in a fresh process with workers so capped:
 
 - ``single`` in a capped worker (the run is a task on the worker): the nanny kills it;
 - a 2-stage pipeline with gnnpipe's defaults: the run fails, naming the limit, the rank's
@@ -40,6 +43,7 @@ from _common import (
     serve_child,
     write_results,
 )
+from plan_choice import _worker_baseline
 
 LEAN = {"schedule": "1f1b", "history_dtype": "float16", "recompute": True,
         "techniques": {"snapshot": False}}
@@ -84,12 +88,14 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
         need = int(gp.estimate_memory(model, data, "single")["peak_bytes"].max())
         run = gp.train(model, data, "single", epochs=2, progress=False)
         return {"estimated": need, "measured": int(run.memory()["peak_bytes"].max()),
-                "epoch_s": float(run.history["epoch_time"].median())}
+                "epoch_s": float(run.history["epoch_time"].median()),
+                "worker_baseline": _worker_baseline(data)}
     share, mode, workers, layout = SCENARIOS[cfg["what"]]
     cap = int(share * cfg["single_peak"])
+    limit = int((cfg["worker_baseline"] + cap) / 0.95)
     estimated = [int(b) for b in gp.estimate_memory(model, data, mode, **layout)["peak_bytes"]]
     began = time.perf_counter()
-    with gp.Cluster(n_workers=workers, memory_limit=cap) as cluster:
+    with gp.Cluster(n_workers=workers, memory_limit=limit) as cluster:
         try:
             if mode == "single":  # a task on the capped worker
                 peak = cluster.client.submit(_single_task, model, data, cfg["epochs"],
@@ -121,7 +127,9 @@ def markdown(single: dict[str, Any], rows: list[dict[str, Any]], env: dict[str, 
               "shared) · 1 torch thread per process · the lean allocator everywhere"), "",
              (f"single's peak: **{single['measured'] / mib:,.0f} MiB** measured "
               f"({single['estimated'] / mib:,.0f} MiB estimated), {single['epoch_s']:.1f} s per "
-              "epoch."), "",
+              f"epoch. A loaded worker: {single['worker_baseline'] / mib:,.0f} MiB; the cap is "
+              "what a rank may add to it (a worker's Dask `memory_limit`: its size plus the cap, "
+              "over 0.95)."), "",
              ("| scenario | cap MiB | estimated peak per rank MiB | outcome | measured peak "
               "per rank MiB | ÷ single | epoch s |"),
              "|---|---:|---|---|---|---|---:|"]
@@ -156,7 +164,9 @@ def main() -> None:
     rows = []
     for what in SCENARIOS:
         rows.append(run_child(__file__, {"what": what, "nodes": nodes, "epochs": args.epochs,
-                                         "single_peak": single["measured"]}, env=_environ()))
+                                         "single_peak": single["measured"],
+                                         "worker_baseline": single["worker_baseline"]},
+                              env=_environ()))
         print(f"{what}: {rows[-1]['outcome']} {rows[-1].get('peaks', '')}", flush=True)
     finish(env, start)
     text = markdown(single, rows, env, nodes)

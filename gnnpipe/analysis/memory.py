@@ -19,11 +19,15 @@ the model's blocks are measured on a small graph shaped like the user's
 (:func:`~gnnpipe.analysis.footprint.footprint`, live tensors counted, so the allocator does not
 enter); the graph's sizes (rows per chunk and rank, edges, halo rows) are the real ones.
 
-What it predicts is what a run **needs**. A process's resident peak (``run.memory()``) equals it
-when freed tensors go back to the OS: always above glibc's largest mmap threshold (32 MiB, a
-131,072 × 64 float32 tensor) and at every size with ``MALLOC_MMAP_THRESHOLD_`` set low, as the
-Dask workers gnnpipe starts have it (:mod:`gnnpipe.runtime.workerenv`). Below it glibc keeps
-freed blocks in its heap and a one-process run at 50,000-130,000 nodes can hold up to 4× more.
+What it predicts is what a run **needs**: what a rank holds under a Dask ``memory_limit``,
+where it hands its heap's holes back past 80% of the limit
+(:class:`~gnnpipe.engine.memory.HeapCeiling`). A process's resident peak (``run.memory()``)
+equals it also with no limit where freed tensors go back to the OS: always above glibc's
+largest mmap threshold (32 MiB, a 131,072 × 64 float32 tensor), and above 1 MiB under the
+``lean`` allocator of capped workers (:mod:`gnnpipe.runtime.workerenv`). Smaller chunk tensors
+leave the freed temporaries of every chunk op as holes between the stashed ones, and an
+unlimited rank holds up to 1.2-1.6× more (``benchmarks/plan_memory.py``); under glibc's
+defaults a one-process run at 50,000-130,000 nodes can hold up to 4× more.
 """
 
 from __future__ import annotations

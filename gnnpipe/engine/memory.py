@@ -77,7 +77,8 @@ def resident_bytes() -> int:
 
 class HeapCeiling:
     """Hands freed heap memory back to the OS whenever the process holds more than ``ceiling``
-    bytes: call it after each chunk op.
+    bytes: call it after each chunk op (a pipeline or hybrid rank) or halo swap (a
+    ``graph`` rank, whose partition's rows under 1 MiB leave the same holes).
 
     Chunk-sized tensors (below glibc's mmap threshold) live in the heap, and a chunk's stashed
     activations interleave there with the freed temporaries of its ops: the holes stay resident.

@@ -68,6 +68,13 @@ class Allocator(str, Enum):
       (``MALLOC_MMAP_THRESHOLD_=1048576``; 2.17 s, 0.55 GiB): a rank holds what it uses, as
       ``gp.estimate_memory`` predicts it, at 1.5× the epoch time (its pages fault in anew).
 
+    Chunk tensors under ``lean``'s 1 MiB still live in the heap; a lower threshold costs more
+    than trimming the heap under a limit does (:data:`HEAP_CEILING`). Measured on
+    ``benchmarks/heap_ceiling.py``'s cases (GCN-16, 50,000 nodes, pipeline 2 × 16, 800 KB
+    chunk tensors): at 256 KiB the ranks held 0.99-1.06× their estimate with no limit but their
+    epochs took 1.24-1.43 s against 0.95-1.01 s at 1 MiB (+25-51%); at 1 MiB under a limit
+    they held 1.03-1.11× at 1.13-1.18 s (+16-21%).
+
     Huge pages are asked for only where the kernel has them (:func:`transparent_huge_pages`).
     """
 
