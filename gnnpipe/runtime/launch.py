@@ -172,14 +172,13 @@ def _watch(cluster: Cluster, workers: list[str], futures: list[Future],
         if not kinds <= set(_ECHOES):  # a rank's own error, a hang or a dead worker
             if waited >= _GRACE_S or not pending:
                 break
-        elif FailureKind.CANCELLED in kinds:  # its own event, unless a dead worker shows
-            if waited >= _DEAD_AFTER_S + _GRACE_S:
-                break
-        elif _hung_after_fallout(cluster, workers, failures, waited,
-                                 sorted(rank_of[f.key] for f in pending), prefix):
+        # a cancelled task is its own event (a dead worker it echoes is looked for below)
+        elif FailureKind.CANCELLED in kinds or _hung_after_fallout(
+                cluster, workers, failures, waited, sorted(rank_of[f.key] for f in pending),
+                prefix):
             break
-    if failures and all(f.kind in _ECHOES for f in failures.values()):
-        _await_dead(absence, workers, failures)
+    if first_failure is not None and all(f.kind in _ECHOES for f in failures.values()):
+        _await_dead(absence, workers, failures, first_failure + _DEAD_AFTER_S + _GRACE_S)
     return failures
 
 
@@ -208,13 +207,14 @@ def _failure(rank: int, future: Future) -> Failure:
     return Failure(rank, kind, f"{type(exc).__name__}: {exc}")
 
 
-def _await_dead(absence: Absence, workers: list[str], failures: dict[int, Failure]) -> None:
+def _await_dead(absence: Absence, workers: list[str], failures: dict[int, Failure],
+                deadline: float) -> None:
     """Every rank ended with fallout or a cancelled task: give a dead worker, the cause those
-    may echo, the time to be noticed."""
-    deadline = time.monotonic() + _DEAD_AFTER_S + _GRACE_S
-    while time.monotonic() < deadline:
+    may echo, until ``deadline`` (monotonic seconds) to be noticed."""
+    while True:
         _note_dead(absence.seconds(), workers, failures)
-        if any(f.kind is FailureKind.DIED for f in failures.values()):
+        if time.monotonic() >= deadline or any(f.kind is FailureKind.DIED
+                                                for f in failures.values()):
             return
         time.sleep(0.25)
 

@@ -91,9 +91,10 @@ def _parse(frame: FrameType) -> tuple[ast.Module, str] | None:
     try:
         with tokenize.open(path) as f:
             source = f.read()
-        if compile(source, path, "exec", dont_inherit=True) != frame.f_code:
+        tree = ast.parse(source, filename=path)
+        if compile(tree, path, "exec", dont_inherit=True) != frame.f_code:
             return None
-        return ast.parse(source, filename=path), source
+        return tree, source
     except (OSError, SyntaxError, ValueError):
         return None
 

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 
 import cloudpickle
@@ -32,10 +33,15 @@ def _running(cluster, graph):
     """A long 2-stage pipeline in the background, once it has trained 2 epochs."""
     run = gp.train(_model(graph), graph, "pipeline", stages=2, chunks=4, epochs=100_000,
                    cluster=cluster, timeout=300, background=True, progress=False)
-    deadline = time.monotonic() + 120
-    while len(run.history) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(run.history) >= 2 and not run.done
+    trained = threading.Event()
+
+    def check(*_: object) -> None:
+        if len(run.history) >= 2:
+            trained.set()
+
+    run.subscribe(check)
+    check()  # the epochs reported before the subscription
+    assert trained.wait(120) and not run.done
     return run
 
 
