@@ -272,7 +272,9 @@ def _host_cores() -> tuple[str, int]:
 
 def _shared_cores(client: Any, addresses: Sequence[str]) -> int:
     """The cores of the one host all ``addresses`` run on (0 if they run on several)."""
-    hosts = client.run(_host_cores, workers=addresses)
+    from gnnpipe.runtime.asking import ANSWER_S, ask
+
+    hosts = ask(client, _host_cores, list(addresses), timeout=ANSWER_S, what="its cores")
     found = set(hosts.values())
     return next(iter(found))[1] if len(found) == 1 else 0
 
@@ -355,6 +357,7 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
     them measure what a message between them costs (the profile's
     ``latency`` and ``bandwidth``)."""
     from gnnpipe.engine.local import stage_ranges
+    from gnnpipe.runtime.asking import ANSWER_S, scatter_within
     from gnnpipe.runtime.cluster import resolve
     from gnnpipe.runtime.link import measure_link
     from gnnpipe.runtime.shipping import Cargo
@@ -370,8 +373,9 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
         client, threads = handle.client, handle.threads_per_worker
         cores = _shared_cores(client, addresses[:workers])
         busy = addresses[:_at_once(workers, cores, threads)]
-        handle.keep_running(busy)
-        shipped = client.scatter(Cargo(model, data), broadcast=True, hash=False, workers=busy)
+        handle.keep_running(busy, ANSWER_S)
+        shipped = scatter_within(client, Cargo(model, data), busy, sum(v.numel() * v.element_size() for _, v in data if isinstance(v, torch.Tensor)),
+                                 ANSWER_S, "the model and graph to profile")
         ranges = stage_ranges(len(model), min(max(pieces or 0, workers), len(model)))
         owners = [busy[i * len(busy) // len(ranges)] for i in range(len(ranges))]
         with _naming_dead_workers(handle, busy):

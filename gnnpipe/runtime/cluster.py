@@ -12,6 +12,7 @@ from typing import Any
 from distributed import Client, Future, LocalCluster, Nanny, Worker, get_worker, wait
 from distributed.core import PooledRPCCall, Server, Status, rpc
 
+from gnnpipe.runtime.asking import ask
 from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import RankNanny, rank_environment
 
@@ -118,10 +119,10 @@ class Cluster:
         info = self.client.sync(self._scheduler().identity, n_workers=-1)
         return sorted(info["workers"])
 
-    def keep_running(self, workers: list[str]) -> None:
+    def keep_running(self, workers: list[str], timeout: float) -> None:
         """Stop Dask from pausing ``workers`` and resume any it paused, before gnnpipe queues
-        tasks on them (see :func:`_never_pause`)."""
-        self.client.run(_never_pause, workers=workers)
+        tasks on them (see :func:`_never_pause`); each must answer within ``timeout`` s."""
+        ask(self.client, _never_pause, workers, timeout=timeout, what="to run gnnpipe tasks")
 
     def gather_pinned(self, futures: list[Future], workers: list[str]) -> list[Any]:
         """The results of ``futures``, each pinned to one of ``workers``; :class:`WorkerLost`

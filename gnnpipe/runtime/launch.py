@@ -15,6 +15,7 @@ from distributed.comm import CommClosedError
 from torch import Tensor
 
 from gnnpipe.run import history_from  # noqa: F401 - where the dashboard merges live records
+from gnnpipe.runtime.asking import ask, result_within, scatter_within
 from gnnpipe.runtime.cluster import Absence, Cluster, free_port, local_ranks
 from gnnpipe.runtime.placement import claim, claim_lock, probe, rank_key, rank_prefix
 from gnnpipe.runtime.rank import run_rank
@@ -107,9 +108,10 @@ def launch(spec: JobSpec, cluster: Cluster, number: int = 0,
 def _submit(spec: JobSpec, cluster: Cluster, workers: list[str], topic: str, number: int,
             resume: str | None) -> list[Future]:
     """One ``run_rank`` task per worker, rank ``r`` pinned to ``workers[r]``."""
-    client = cluster.client
-    cluster.keep_running(workers)
-    host, port = client.submit(free_port, workers=[workers[0]], pure=False).result()
+    client, timeout = cluster.client, spec.job.timeout
+    cluster.keep_running(workers, timeout)
+    host, port = result_within(client, client.submit(free_port, workers=[workers[0]], pure=False),
+                               workers[0], timeout, "a free port for the ranks' rendezvous")
     attempt = Attempt(f"tcp://{host}:{port}", cluster.threads_per_worker, number, resume)
     shipped = _ship(spec, cluster, workers)
     return [client.submit(run_rank, shipped, r, attempt, local, workers=[w],
@@ -121,21 +123,23 @@ def _submit(spec: JobSpec, cluster: Cluster, workers: list[str], topic: str, num
 def _ship(spec: JobSpec, cluster: Cluster, workers: list[str]) -> Future:
     """``spec`` (the model and graph) scattered to ``workers``. A worker that dies receiving it
     (killed at its Dask ``memory_limit``, most often: the graph arrives on top of a worker's
-    start size) fails the run with an error naming it, what it held and its limit."""
+    start size) fails the run with an error naming it, what it held and its limit; one that
+    does not answer within the run's ``timeout`` (stopped, swapping) fails it naming it."""
     from gnnpipe.engine.memory import resident_bytes
 
-    client = cluster.client
+    client, timeout = cluster.client, spec.job.timeout
     limits = cluster.memory_limits(workers)
-    held = client.run(resident_bytes, workers=workers) if any(limits.values()) else {}
+    held = ask(client, resident_bytes, workers, timeout=timeout,
+               what="its resident memory") if any(limits.values()) else {}
+    graph = sum(v.numel() * v.element_size() for _, v in spec.data if isinstance(v, Tensor))
     try:
-        return client.scatter(spec, workers=workers, broadcast=True, hash=False)
+        return scatter_within(client, spec, workers, graph, timeout, "the run's model and graph")
     except CommClosedError as exc:
         alive = set(cluster.workers())
         said = "; ".join(
             f"{w} held {format_bytes(held.get(w, 0))} of its memory_limit "
             f"{format_bytes(limits[w])}" if limits.get(w) else f"{w} (no memory_limit)"
             for w in [w for w in workers if w not in alive] or workers)
-        graph = sum(v.numel() * v.element_size() for _, v in spec.data if isinstance(v, Tensor))
         raise RuntimeError(
             f"cluster: a worker left while the run's model and graph ({format_bytes(graph)} of "
             f"tensors) were sent to it: {said} before they arrived (torch, PyG, gnnpipe and Dask "

@@ -12,6 +12,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from gnnpipe.runtime.asking import result_within
 from gnnpipe.runtime.cluster import Cluster, free_port
 from gnnpipe.runtime.store import bind_transport, rendezvous, worker_host
 
@@ -29,8 +30,9 @@ def measure_link(cluster: Cluster, timeout: float = 60.0) -> tuple[float, float]
     if len(workers) < 2:
         return None
     client = cluster.client
-    cluster.keep_running(workers)
-    host, port = client.submit(free_port, workers=[workers[0]], pure=False).result()
+    cluster.keep_running(workers, timeout)
+    host, port = result_within(client, client.submit(free_port, workers=[workers[0]], pure=False),
+                               workers[0], timeout, "a free port for the link's measurement")
     futures = [client.submit(_swap_times, f"tcp://{host}:{port}", rank, timeout, workers=[w],
                              allow_other_workers=False, pure=False)
                for rank, w in enumerate(workers)]

@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 CLAIM_LOCK = "gnnpipe-claim"
 _POLL_S = 0.5
 _VISIBLE_S = 10.0  # after submitting, wait up to this long for the scheduler to list the ranks
+_PROBE_S = 10.0  # a probe of the ranks' threads gives up after this long (a stopped worker)
 #: Code a rank blocked on a peer sits in (torch.distributed calls, ``Comm.wait_all``).
 _PEER_WAIT_FILES = ("/torch/distributed/", "/gnnpipe/runtime/comm.py")
 
@@ -114,7 +115,8 @@ def probe(client: Client, workers: list[str], prefix: str) -> dict[str, bool]:
     if not targets:
         return {}
     try:
-        found = client.run(_rank_threads, prefix, workers=targets, on_error="return")
+        found = client.run(_rank_threads, prefix, workers=targets, on_error="return",
+                           callback_timeout=_PROBE_S)
     except Exception as exc:  # noqa: BLE001 - a worker leaving mid-probe: nothing to report
         logger.debug("probing the ranks failed: %s", exc)
         return {}

@@ -13,6 +13,7 @@ from gnnpipe.core.job import Launch, TrainConfig
 from gnnpipe.core.kinds import Mode
 from gnnpipe.nn import LayerStack
 from gnnpipe.partition import Partitioning, chunk, partition
+from gnnpipe.runtime.asking import ask
 from gnnpipe.runtime.cluster import check_gpus, gpu_ids, resolve
 from gnnpipe.runtime.handle import DistributedRun
 from gnnpipe.runtime.launch import new_topic
@@ -38,10 +39,12 @@ def start_distributed(model: LayerStack, data: Data, job: TrainConfig, cluster: 
     handle, owned = resolve(cluster, job.world)
     try:
         workers = handle.require(job.world, job.timeout)  # workers may still be (re)starting
-        check_workers(handle.client, workers, handle.threads_per_worker)  # ranks may go to any
+        # ranks may go to any worker
+        check_workers(handle.client, workers, handle.threads_per_worker, job.timeout)
         ranks = workers[:job.world]  # where they go on an idle cluster
         if job.device == "cuda":
-            check_gpus(ranks, handle.client.run(gpu_ids, workers=ranks))
+            check_gpus(ranks, ask(handle.client, gpu_ids, ranks, timeout=job.timeout,
+                                  what="its GPUs"))
     except BaseException:
         if owned:
             handle.close()

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import dask
 from distributed import Nanny
 
+from gnnpipe.runtime.asking import ask
+
 if TYPE_CHECKING:
     from gnnpipe.engine.memory import HeapCeiling
 
@@ -247,11 +249,14 @@ def inspect_worker() -> dict[str, Any]:
             "omp_threads": os.environ.get("OMP_NUM_THREADS")}
 
 
-def check_workers(client: Any, workers: list[str], threads: int) -> dict[str, list[str]]:
-    """Inspect ``workers`` and log one warning per worker whose environment slows torch;
-    returns the problems by worker address (empty when all is well)."""
+def check_workers(client: Any, workers: list[str], threads: int,
+                  timeout: float) -> dict[str, list[str]]:
+    """Inspect ``workers`` (each answering within ``timeout`` s) and log one warning per worker
+    whose environment slows torch; returns the problems by worker address (empty when all is
+    well)."""
     found = {}
-    for address, env in client.run(inspect_worker, workers=workers).items():
+    for address, env in ask(client, inspect_worker, workers, timeout=timeout,
+                            what="its environment").items():
         problems = WorkerEnvironment(**env).problems(threads)
         if problems:
             found[address] = problems

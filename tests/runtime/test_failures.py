@@ -3,6 +3,7 @@ rank; the same cluster then runs the next job. Bad configurations fail before an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -95,6 +96,48 @@ def test_a_rank_task_cancelled_under_the_run_fails_it_naming_the_rank(cluster, s
     again = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
                      cluster=cluster, progress=False)
     assert len(again.history) == 2
+
+
+@pytest.mark.parametrize(("memory_limit", "asked"), [
+    (None, "its resident memory"),  # gp.Cluster's limit: the launcher asks what each holds
+    (0, "the run's model and graph"),  # no limit: the graph is sent at once
+])
+def test_a_worker_that_stops_answering_before_the_ranks_start_fails_the_run_naming_it(
+        cluster, small_graph, monkeypatch, memory_limit, asked):
+    """A worker stopped (SIGSTOP: as a swapping or wedged process looks) as the launcher sends
+    it the graph: nothing watches ranks that do not exist yet, and Dask waits for it forever.
+    The run fails within its timeout naming the worker; resumed, the worker serves the next."""
+    from gnnpipe.runtime import launch as launcher
+    from gnnpipe.runtime.asking import WorkerSilent
+
+    stopped: list[int] = []
+    ship = launcher._ship
+
+    def stop_rank_1_then_ship(spec, on, workers):
+        stopped.append(on.client.run(os.getpid, workers=[workers[1]])[workers[1]])
+        os.kill(stopped[0], signal.SIGSTOP)
+        return ship(spec, on, workers)
+
+    monkeypatch.setattr(launcher, "_ship", stop_rank_1_then_ship)
+    with contextlib.ExitStack() as stack:
+        on = cluster if memory_limit is None else stack.enter_context(
+            gp.Cluster(n_workers=2, memory_limit=memory_limit))
+        try:
+            started = time.monotonic()
+            with pytest.raises(WorkerSilent, match=rf"did not answer within [\d.]+ s when asked "
+                                                   rf"for {asked}: a stopped") as info:
+                gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4,
+                         epochs=2, cluster=on, timeout=10, progress=False)
+            assert time.monotonic() - started < 60  # not forever
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+        victim = next(w for w, pid in on.client.run(os.getpid).items() if pid == stopped[0])
+        assert info.value.workers == [victim]
+        monkeypatch.setattr(launcher, "_ship", ship)
+        again = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4,
+                         epochs=2, cluster=on, progress=False)
+        assert len(again.history) == 2
 
 
 def test_a_worker_killed_for_memory_names_its_limit_and_what_needs_less():

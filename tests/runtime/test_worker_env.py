@@ -32,7 +32,7 @@ def test_dask_defaults_are_named_then_gnnpipe_workers_are_clean(caplog, small_gr
                       dashboard_address=None, silence_logs=logging.CRITICAL) as plain, \
             Client(plain) as client:
         workers = sorted(client.scheduler_info()["workers"])
-        found = check_workers(client, workers, threads=1)
+        found = check_workers(client, workers, threads=1, timeout=60)
         assert set(found) == set(workers)
         assert any(MALLOC_VAR in p and "1.8x slower" in p for p in found[workers[0]])
         assert any("profiler" in p for p in found[workers[0]])
@@ -50,7 +50,7 @@ def test_dask_defaults_are_named_then_gnnpipe_workers_are_clean(caplog, small_gr
                           "torch_threads": worker["torch_threads"], "omp_threads": "2"}
         assert not any(os.environ.get(k) == v and k not in initial
                        for k, v in Allocator.LEAN.environ().items())  # not left here
-        assert check_workers(cluster.client, cluster.workers(), threads=2) == {}
+        assert check_workers(cluster.client, cluster.workers(), threads=2, timeout=60) == {}
 
 
 def _exit_worker() -> None:
