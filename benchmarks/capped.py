@@ -23,7 +23,7 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/capped.py              # 200,000 nodes (~15 min)
     .venv/bin/python benchmarks/capped.py --quick      # smoke test, writes nothing
 
-Writes ``benchmarks/results/capped.{json,md}``.
+Writes ``benchmarks/results/capped.{json,md}`` (``capped_<N>k`` for other ``--nodes``).
 """
 
 from __future__ import annotations
@@ -174,7 +174,8 @@ def main() -> None:
     if out is not None:
         import pandas as pd
 
-        write_results(out, "capped", payload(env, pd.DataFrame(rows), [single, *rows], args),
+        name = "capped" if args.nodes == 200_000 else f"capped_{args.nodes // 1000}k"
+        write_results(out, name, payload(env, pd.DataFrame(rows), [single, *rows], args),
                       text, default=str)
 
 

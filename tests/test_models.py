@@ -101,3 +101,26 @@ def test_the_gcnii_update_keeps_a_sign_not_its_output_and_differentiates_alike()
         kept[name] = total[0]
     rows = 30 * 8 * 4
     assert kept["plain"] - kept["fused"] == rows - 30 * 8  # a float output -> a bool sign
+
+
+def test_gcnii_inference_holds_one_graph_wide_tensor_besides_its_inputs():
+    """Outside training a GCNII layer writes its output over ``Â h`` in row blocks: the same
+    values as its training forward, one graph-wide tensor (plus sixteenths) where the training
+    forward holds three at once (an evaluation's peak on a pipeline rank)."""
+    from gnnpipe.analysis.footprint import LiveBytes
+
+    data = gp.datasets.synthetic(num_nodes=20_000, avg_degree=10, num_features=64, seed=0)
+    block = gp.models.gcnii(64, hidden=64, out_dim=4, layers=2, dropout=0.5).blocks[2]
+    adj = normalized_adjacency(data.edge_index, data.num_nodes, "sym")
+    h, h0 = torch.randn(data.num_nodes, 64), torch.randn(data.num_nodes, 64)
+    graph_wide = h.numel() * h.element_size()
+    peaks = {}
+    for name, training in (("inference", False), ("training", True)):
+        block.p = 0.0 if training else 0.5  # the same values: no dropout either way
+        with LiveBytes() as live, torch.no_grad():
+            out, kept = block(h, h0, FullGraphContext(adj, training=training))
+        peaks[name], peaks[f"{name} out"] = live.peak, out
+        assert kept is h0
+    assert torch.allclose(peaks["inference out"], peaks["training out"], atol=1e-6)
+    assert peaks["inference"] <= 1.25 * graph_wide
+    assert peaks["training"] >= 2.5 * graph_wide

@@ -97,7 +97,7 @@ class Footprint:
     ``stash``: what one chunk's forward leaves for its backward (autograd's saved tensors, the
     outputs handed on, with ``recompute`` only the inputs); ``chunk_peak``: the most a chunk's
     forward plus backward holds at once, its stash included; ``eval_peak``: the most a no-grad
-    full-graph forward of the range holds; ``buffers``: the full-graph historical buffers of the
+    full-graph forward of the range holds (a later stage's received inputs included); ``buffers``: the full-graph historical buffers of the
     range's aggregating blocks (``Hbuf``, snapshot, ``dZbuf``, the recompute cache), per graph
     row; ``cache``: the aggregation outputs ``recompute=True`` keeps, per graph row;
     ``inputs``: the tensors entering the range (kept as the stage's leaves);
@@ -168,12 +168,22 @@ def footprint(model: LayerStack, data: Data, start: int, stop: int, *, chunked: 
                                      (stash / n, chunk_peak / n))
     else:
         stash, chunk_peak = _full_costs(work, adj, inputs, start, stop, target)
+    width = sum(t.numel() * t.element_size() for t in inputs) if start > 0 else 0
+    return Footprint(stash / n, chunk_peak / n, _eval_peak(work, adj, inputs, start, stop) / n,
+                     buffers, cache, width / n, *per_source)
+
+
+def _eval_peak(work: LayerStack, adj: Adjacency, inputs: list[Tensor], start: int,
+               stop: int) -> int:
+    """The most a stage's no-grad full-graph forward holds, its received inputs counted (a
+    stage hands its first input over and keeps ``h0``, as the pipeline's evaluation does); the
+    first stage reads the graph's features, which the graph keeps."""
     with LiveBytes() as live, torch.no_grad():
         work.eval()
-        work.run(inputs[0], FullGraphContext(adj), start, stop, *inputs[1:2])
-    width = sum(t.numel() * t.element_size() for t in inputs) if start > 0 else 0
-    return Footprint(stash / n, chunk_peak / n, live.peak / n, buffers, cache, width / n,
-                     *per_source)
+        received = [t.clone() for t in inputs] if start > 0 else [inputs[0]]
+        h0 = received[1] if len(received) > 1 else None
+        work.run(received.pop(0), FullGraphContext(adj), start, stop, h0)
+    return live.peak
 
 
 def _per_source(work: LayerStack, adj: Any, inputs: list[Tensor], target: Any, start: int,

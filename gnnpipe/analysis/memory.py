@@ -314,4 +314,4 @@ def _stage_row(memory: MemoryModel, job: TrainConfig, stage: int, fp: Footprint,
         # the next chunk's inputs received (in the wire's dtype, then as float32) while this
         # one computes; their gradients sent back
         "communication": math.ceil(fp.inputs * tallest * (2 + job.wire_dtype.itemsize / 4)),
-        "evaluation": math.ceil((fp.eval_peak + fp.inputs) * n)}
+        "evaluation": math.ceil(fp.eval_peak * n)}

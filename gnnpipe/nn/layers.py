@@ -17,6 +17,10 @@ from gnnpipe.nn.stack import Block, Context, LayerStack
 __all__ = ["MODELS", "Dense", "GCNIILayer", "GCNLayer", "ResGCNPlusLayer", "SAGELayer", "build",
            "gcn", "gcnii", "resgcn_plus", "sage"]
 
+#: An inference forward updates a graph-wide tensor in row blocks of at most this many bytes,
+#: and at least this many blocks (so its temporaries are a small share at every size).
+INFERENCE_BLOCK_BYTES, INFERENCE_BLOCKS = 1 << 21, 16
+
 
 class Dense(Block):
     """``act(W dropout(h) + b)``: input projection or classifier. Sets ``h0`` when asked (GCNII)."""
@@ -90,12 +94,29 @@ class GCNIILayer(Block):
         nn.init.xavier_uniform_(self.weight)
 
     def forward(self, h: Tensor, h0: Tensor | None, ctx: Context) -> tuple[Tensor, Tensor | None]:
-        z = (1.0 - self.alpha) * ctx.aggregate(ctx.dropout(h, self.p, self.key), self.key)
         assert h0 is not None, "GCNIILayer reads h0 (carries_h0=True)"
+        if not ctx.training and not torch.is_grad_enabled():
+            return self._infer(ctx.aggregate(h, self.key), h0), h0
+        z = (1.0 - self.alpha) * ctx.aggregate(ctx.dropout(h, self.p, self.key), self.key)
         z = z + self.alpha * h0
         out = _GCNIIUpdate.apply(z, self.weight, self.beta)
         assert isinstance(out, Tensor)
         return out, h0
+
+    def _infer(self, agg: Tensor, h0: Tensor) -> Tensor:
+        """Inference (no dropout, no autograd) written over ``Â h`` (outside training it is the
+        block's own: :class:`~gnnpipe.nn.stack.Context`), row block by row block: one
+        graph-wide tensor besides ``h`` and ``h0``, where the training forward holds three at
+        once. Each row block takes the training forward's elementwise steps."""
+        n = agg.size(0)
+        rows = max(1, min(INFERENCE_BLOCK_BYTES // max(agg.size(1) * agg.element_size(), 1),
+                          -(-n // INFERENCE_BLOCKS)))
+        for lo in range(0, n, rows):
+            z = (1.0 - self.alpha) * agg[lo:lo + rows]
+            z = z + self.alpha * h0[lo:lo + rows]
+            agg[lo:lo + rows] = torch.addmm(z, z, self.weight, beta=1.0 - self.beta,
+                                            alpha=self.beta).relu_()
+        return agg
 
 
 class _GCNIIUpdate(torch.autograd.Function):

@@ -22,7 +22,10 @@ NORMS = ("sym", "mean")
 
 
 class Context(Protocol):
-    """What a block may ask of the engine running it."""
+    """What a block may ask of the engine running it.
+
+    Outside training (``training`` False) the tensor ``aggregate`` returns is the block's own
+    (no buffer or cache keeps it): an inference forward may write its output over it."""
 
     training: bool
 

@@ -196,8 +196,10 @@ class PipelineStage:
         n = data.num_nodes
         tensors: list[Tensor] = ([data.x] if self.prev is None  # the first stage
                                  else [comm.recv((n, w), self.prev) for w in self.in_widths])
-        h, h0 = model.run(tensors[0], FullGraphContext(self.adj), self.start, self.stop,
-                          tensors[1] if len(tensors) > 1 else None)
+        h0_in = tensors[1] if len(tensors) > 1 else None
+        # handed over, not kept: the first block's input is freed once it has read it
+        h, h0 = model.run(tensors.pop(0), FullGraphContext(self.adj), self.start, self.stop,
+                          h0_in)
         model.train()
         if self.is_last:
             return metrics(h, data)
