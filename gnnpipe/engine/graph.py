@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Adjacency", "ChunkRows", "GatherSpace", "RowBlock", "SpMM", "chunk_rows", "coo_to_csr",
+__all__ = ["Adjacency", "ChunkRows", "GatherSpace", "RowBlock", "SpMM", "chunk_rows", "coo_to_csr", "csr_mm",
            "normalized_adjacency"]
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
@@ -60,6 +60,10 @@ class Adjacency:
         """Rows ``lo:hi`` of ``Â`` and of ``Âᵀ`` (cheap views of the CSR arrays)."""
         return Adjacency(_row_slice(self.A, lo, hi), _row_slice(self.AT, lo, hi))
 
+
+#: A graph-wide sparse product is computed in row blocks of at most this many bytes of result
+#: (:func:`csr_mm`).
+PRODUCT_BLOCK_BYTES = 1 << 21
 
 class GatherSpace:
     """Reusable buffers, one per (width, dtype, device), for :class:`RowBlock`'s gathered
@@ -182,14 +186,30 @@ def normalized_adjacency(edge_index: Tensor, num_nodes: int, norm: str) -> Adjac
                      edge_index.cpu()).to(device)
 
 
+def csr_mm(csr: Tensor, dense: Tensor) -> Tensor:
+    """``csr @ dense``, bitwise equal, in row blocks of at most :data:`PRODUCT_BLOCK_BYTES` of
+    result: torch's CSR product holds a second result-sized buffer while it runs (2.0× the
+    result at 100,000 rows, measured), a whole graph's worth in every full-graph aggregation
+    that the memory model does not see; row blocks hold one block more (1.1×)."""
+    n, width = csr.size(0), dense.size(1)
+    rows = max(1, PRODUCT_BLOCK_BYTES // max(width * dense.element_size(), 1))
+    if n <= rows:
+        return csr @ dense
+    out = dense.new_empty((n, width))
+    for lo in range(0, n, rows):
+        hi = min(lo + rows, n)
+        out[lo:hi] = _row_slice(csr, lo, hi) @ dense
+    return out
+
+
 class SpMM(torch.autograd.Function):
     """``Â @ h`` with backward ``Âᵀ @ grad`` (exact full-graph aggregation)."""
 
     @staticmethod
     def forward(ctx: Any, h: Tensor, adj: Adjacency) -> Tensor:
         ctx.adj = adj
-        return adj.A @ h
+        return csr_mm(adj.A, h)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        return ctx.adj.AT @ grad, None
+        return csr_mm(ctx.adj.AT, grad), None

@@ -15,7 +15,7 @@ from gnnpipe import checkpoint as ckpt
 from gnnpipe.core.kinds import OpKind
 from gnnpipe.engine import state as engine_state
 from gnnpipe.engine.buffers import torch_dtype
-from gnnpipe.engine.graph import Adjacency, coo_to_csr, normalized_adjacency
+from gnnpipe.engine.graph import Adjacency, coo_to_csr, csr_mm, normalized_adjacency
 from gnnpipe.engine.message_passing import MessageGraphs, halo_message_passing, return_halo_grads
 from gnnpipe.engine.single import chunk_loss, keyed_dropout, mask_seed
 from gnnpipe.nn import LayerStack
@@ -77,11 +77,11 @@ class _HaloAggregate(torch.autograd.Function):
     def forward(ctx: Any, h: Tensor, gctx: GraphContext) -> Tensor:
         ctx.gctx = gctx
         halo = gctx.exchange(h.detach(), gctx.kind)
-        return gctx.plan.adj.A @ torch.cat([h.detach(), halo])
+        return csr_mm(gctx.plan.adj.A, torch.cat([h.detach(), halo]))
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        return return_halo_grads(ctx.gctx, ctx.gctx.plan.adj.AT @ grad), None
+        return return_halo_grads(ctx.gctx, csr_mm(ctx.gctx.plan.adj.AT, grad)), None
 
 
 class GraphContext:
@@ -116,7 +116,7 @@ class GraphContext:
 
     def aggregate(self, h: Tensor, key: int) -> Tensor:
         if not self.training:
-            return self.plan.adj.A @ torch.cat([h, self.exchange(h, "eval")])
+            return csr_mm(self.plan.adj.A, torch.cat([h, self.exchange(h, "eval")]))
         return _HaloAggregate.apply(h, self)
 
     def message_passing(self, module: torch.nn.Module, h: Tensor, key: int) -> Tensor:

@@ -123,3 +123,35 @@ def test_the_profile_times_a_slices_blocks_on_shared_rows(small_graph):
     bench = SliceBench(model, small_graph, 4, 0, len(model), seed=0)
     first = bench.executors[0].rows
     assert all(ex.rows[c] is first[c] for ex in bench.executors for c in range(len(first)))
+
+
+def test_a_graph_wide_product_runs_in_row_blocks_bit_for_bit():
+    """torch's CSR product holds a second result-sized buffer while it runs; ``csr_mm`` runs
+    one block of rows at a time (no product's result above PRODUCT_BLOCK_BYTES), equal bit for
+    bit, forward and backward (``SpMM``)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from gnnpipe.engine.graph import PRODUCT_BLOCK_BYTES, SpMM, csr_mm
+
+    data = gp.datasets.synthetic(num_nodes=30_000, avg_degree=10, num_features=64, seed=0)
+    adj = normalized_adjacency(data.edge_index, data.num_nodes, "sym")
+    h = torch.randn(data.num_nodes, 64, requires_grad=True)
+    products: list[int] = []
+
+    class Products(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.layout == torch.strided and out.dim() == 2 and any(
+                    isinstance(a, torch.Tensor) and a.layout == torch.sparse_csr for a in args):
+                products.append(out.numel() * out.element_size())
+            return out
+
+    with Products():
+        out = SpMM.apply(h, adj)
+        out.backward(torch.ones_like(out))
+    assert torch.equal(out, adj.A @ h.detach())
+    assert torch.equal(h.grad, adj.AT @ torch.ones_like(out))
+    assert products and max(products) <= PRODUCT_BLOCK_BYTES
+    assert len(products) == 2 * -(-data.num_nodes // (PRODUCT_BLOCK_BYTES // (64 * 4)))
+    narrow = torch.randn(data.num_nodes, 1)  # 8 KiB a block of rows... still 2 MiB blocks
+    assert torch.equal(csr_mm(adj.A, narrow), adj.A @ narrow)
