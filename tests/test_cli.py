@@ -352,7 +352,7 @@ def test_a_pipeline_plan_trains_exactly_its_layout(plan_file, tmp_path):
     assert f"\n{plan!r}\n" in out
     assert "candidates, best first (" in out and all(
         c in out for c in ("layout", "epoch_time", "peak_bytes", "comm_bytes", "fits", "reason"))
-    assert "\nuniform split, same chunks: predicted epoch " in out
+    assert "\neven split, same chunks: predicted epoch " in out
     assert f"train it ({layout.describe()}, on the dataset and model it was made for)" in out
     assert out.rstrip().endswith(f"gnnpipe train --plan {plan_file.path}\n(or in this one "
                                  f"process, the same math: gnnpipe train --plan {plan_file.path} "

@@ -131,7 +131,7 @@ def comm_volume(model: LayerStack, data: Data, mode: str, stages: int = 1, parts
     data = single_graph(data)
     if mode in ("single", "local"):
         return 0
-    ranges = [(a, b) for a, b in ranges] if ranges else stage_ranges(len(model), stages)
+    ranges = [(a, b) for a, b in ranges] if ranges else stage_ranges(model, stages)
     if mode == "pipeline":
         return pipeline_bytes(model, data.num_nodes, ranges, wire)
     if mode == "hybrid":

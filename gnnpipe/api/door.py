@@ -221,7 +221,7 @@ def _layout(model: LayerStack, n: int, mode: Mode, plan: Plan | None, stages: An
     if workers is not None:
         _check_workers(mode, workers, parts if mode is Mode.GRAPH else stages * ways)
     if plan is None:
-        ranges = tuple(stage_ranges(len(model), stages))
+        ranges = tuple(stage_ranges(model, stages))
     if mode is Mode.GRAPH:  # one rank holds every block of its partition
         stages, ranges = 1, ((0, len(model)),)
     return stages, ranges, 1 if mode is Mode.SINGLE else int(chunks)

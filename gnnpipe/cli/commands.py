@@ -307,8 +307,8 @@ def run_plan(args: argparse.Namespace) -> int:
     print(_candidates(plan))
     layout = plan.layout
     if layout.mode.staged:
-        uniform = plan.predict(stage_ranges(len(model), layout.stages))
-        print(f"\nuniform split, same chunks: predicted epoch {uniform.makespan():.4g} s "
+        uniform = plan.predict(stage_ranges(model, layout.stages))
+        print(f"\neven split, same chunks: predicted epoch {uniform.makespan():.4g} s "
               f"(this split: {plan.epoch_time:.4g} s)")
     if out is not None:
         partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")

@@ -11,7 +11,7 @@ import torch
 from torch_geometric.data import Data
 
 from gnnpipe import checkpoint as ckpt
-from gnnpipe.core.kinds import OpKind, TrainSchedule
+from gnnpipe.core.kinds import BlockKind, OpKind, TrainSchedule
 from gnnpipe.core.techniques import Techniques
 from gnnpipe.core.timeline import OpEvent
 from gnnpipe.engine import state as engine_state
@@ -25,11 +25,20 @@ __all__ = ["LocalEngine", "stage_ranges"]
 R = TypeVar("R")
 
 
-def stage_ranges(num_blocks: int, stages: int) -> list[tuple[int, int]]:
-    """Split ``num_blocks`` blocks into ``stages`` contiguous ranges, as even as possible."""
+def stage_ranges(model: LayerStack | int, stages: int) -> list[tuple[int, int]]:
+    """Split a model's blocks into ``stages`` contiguous ranges with its GNN layers as even as
+    possible: a stage's time and its history buffers follow its GNN layers, so an input
+    projection goes with the first stage and a classifier with the last (GCNII-32 on 4 stages:
+    8 layers each, where equal block counts gave the middle stages 9 of the 32). With fewer GNN
+    layers than stages, or an ``int`` (a number of blocks), the blocks are split evenly."""
+    num_blocks = model if isinstance(model, int) else len(model)
     if not 1 <= stages <= num_blocks:
         raise ValueError(f"stages: expected 1 to {num_blocks} (the model's blocks), got {stages}")
-    cuts = [round(i * num_blocks / stages) for i in range(stages + 1)]
+    gnn = [] if isinstance(model, int) else [
+        i for i, b in enumerate(model.blocks) if b.kind is BlockKind.GNN]
+    if len(gnn) < stages:
+        gnn = list(range(num_blocks))
+    cuts = [0, *(gnn[round(i * len(gnn) / stages)] for i in range(1, stages)), num_blocks]
     return list(itertools.pairwise(cuts))
 
 

@@ -90,7 +90,7 @@ class Search:
     # ------------------------------------------------------------------ jobs
     def job(self, layout: Layout) -> TrainConfig:
         """The job ``gp.train`` would run for ``layout`` (its memory is estimated for it)."""
-        ranges = layout.ranges or tuple(stage_ranges(len(self.model), layout.stages))
+        ranges = layout.ranges or tuple(stage_ranges(self.model, layout.stages))
         return TrainConfig(
             mode=layout.mode, model=self.model.name, layers=self.model.num_layers, epochs=1,
             lr=0.01, weight_decay=0.0, gnn_weight_decay=None, seed=self.memory.seed,

@@ -21,10 +21,10 @@ __all__ = ["leaner_options", "memory_advice"]
 logger = logging.getLogger(__name__)
 
 
-def leaner_options(job: TrainConfig, blocks: int) -> list[tuple[str, dict[str, Any]]]:
+def leaner_options(job: TrainConfig, model: LayerStack) -> list[tuple[str, dict[str, Any]]]:
     """What ``job`` could change to need less memory per rank: ``gp.train`` arguments as text,
-    and the :class:`~gnnpipe.core.job.TrainConfig` fields they change (``blocks``: the model's,
-    which bound the stages)."""
+    and the :class:`~gnnpipe.core.job.TrainConfig` fields they change (``model``: its blocks
+    bound the stages and split them)."""
     if job.mode is Mode.GRAPH:
         return [(f"parts={job.parts + 1}", {"parts": job.parts + 1})]
     options: list[tuple[str, dict[str, Any]]] = []
@@ -36,10 +36,10 @@ def leaner_options(job: TrainConfig, blocks: int) -> list[tuple[str, dict[str, A
     if job.history_dtype is Precision.FLOAT32:
         options.append(("history_dtype=torch.bfloat16", {"history_dtype": Precision.BFLOAT16}))
     options.append((f"chunks={2 * job.chunks}", {"chunks": 2 * job.chunks}))
-    if job.stages < blocks:
+    if job.stages < len(model):
         stages = job.stages + 1
         options.append((f"stages={stages}", {"stages": stages,
-                                             "ranges": tuple(stage_ranges(blocks, stages))}))
+                                             "ranges": tuple(stage_ranges(model, stages))}))
     return options
 
 
@@ -51,7 +51,7 @@ def memory_advice(model: LayerStack, data: Data, job: TrainConfig, rank: int,
     try:
         need = int(estimate(model, data, job).loc[rank, "peak_bytes"])
         rows = []
-        for text, changes in leaner_options(job, len(model)):
+        for text, changes in leaner_options(job, model):
             changed = dataclasses.replace(job, **changes)
             peak = int(estimate(model, data, changed)["peak_bytes"].max())
             fits = "" if room is None else (", fits" if peak <= room else ", does not fit")
@@ -59,7 +59,7 @@ def memory_advice(model: LayerStack, data: Data, job: TrainConfig, rank: int,
     except Exception:  # the advice must never hide the failure it explains
         logger.exception("estimating memory for the failure message")
         return "these need less per rank: " + ", ".join(
-            text for text, _ in leaner_options(job, len(model)))
+            text for text, _ in leaner_options(job, model))
     where = "" if room is None else f" of the {format_bytes(room)} it had"
     lines = [f"gp.estimate_memory puts rank {rank}'s need at {format_bytes(need)}{where}",
              "these need less per rank (the most any rank needs): " + ", ".join(rows)]
