@@ -135,6 +135,8 @@ def test_stages_split_the_gnn_layers_evenly_with_projections_at_the_ends():
     assert stage_ranges(model, 4) == [(0, 9), (9, 17), (17, 25), (25, 34)]  # 8 layers each
     assert stage_ranges(34, 4) == [(0, 8), (8, 17), (17, 26), (26, 34)]  # blocks alike
     assert stage_ranges(model, 2) == [(0, 17), (17, 34)]
+    six = gp.models.gcnii(64, hidden=8, out_dim=4, layers=6)  # the 2 left over go mid-pipeline
+    assert stage_ranges(six, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]
     shallow = gp.models.gcnii(64, hidden=8, out_dim=4, layers=2)  # fewer layers than stages
     assert stage_ranges(shallow, 4) == stage_ranges(len(shallow), 4)
     with pytest.raises(ValueError, match="stages: expected 1 to 34"):

@@ -29,17 +29,23 @@ def stage_ranges(model: LayerStack | int, stages: int) -> list[tuple[int, int]]:
     """Split a model's blocks into ``stages`` contiguous ranges with its GNN layers as even as
     possible: a stage's time and its history buffers follow its GNN layers, so an input
     projection goes with the first stage and a classifier with the last (GCNII-32 on 4 stages:
-    8 layers each, where equal block counts gave the middle stages 9 of the 32). With fewer GNN
-    layers than stages, or an ``int`` (a number of blocks), the blocks are split evenly."""
+    8 layers each, where equal block counts gave the middle stages 9 of the 32); layers left
+    over go to the middle stages. With fewer GNN layers than stages, or an ``int`` (a number of
+    blocks), the blocks themselves are split so."""
     num_blocks = model if isinstance(model, int) else len(model)
     if not 1 <= stages <= num_blocks:
         raise ValueError(f"stages: expected 1 to {num_blocks} (the model's blocks), got {stages}")
     gnn = [] if isinstance(model, int) else [
-        i for i, b in enumerate(model.blocks) if b.kind is BlockKind.GNN]
+        i for i, b in enumerate(model.blocks) if b.kind == BlockKind.GNN]
     if len(gnn) < stages:
         gnn = list(range(num_blocks))
-    cuts = [0, *(gnn[round(i * len(gnn) / stages)] for i in range(1, stages)), num_blocks]
-    return list(itertools.pairwise(cuts))
+    counts = [len(gnn) // stages] * stages
+    # the layers left over go to the middle stages (the first and last hold the projections)
+    middle = sorted(range(stages), key=lambda s: (abs(2 * s - stages + 1), -s))
+    for s in middle[:len(gnn) % stages]:
+        counts[s] += 1
+    firsts = list(itertools.accumulate(counts[:-1]))
+    return list(itertools.pairwise([0, *(gnn[k] for k in firsts), num_blocks]))
 
 
 class LocalEngine:

@@ -357,7 +357,7 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
     them measure what a message between them costs (the profile's
     ``latency`` and ``bandwidth``)."""
     from gnnpipe.engine.local import stage_ranges
-    from gnnpipe.runtime.asking import ANSWER_S, scatter_within
+    from gnnpipe.runtime.asking import ANSWER_S, graph_bytes, scatter_within
     from gnnpipe.runtime.cluster import resolve
     from gnnpipe.runtime.link import measure_link
     from gnnpipe.runtime.shipping import Cargo
@@ -374,9 +374,9 @@ def profile_on_workers(cluster: Any, workers: int, model: LayerStack, data: Data
         cores = _shared_cores(client, addresses[:workers])
         busy = addresses[:_at_once(workers, cores, threads)]
         handle.keep_running(busy, ANSWER_S)
-        shipped = scatter_within(client, Cargo(model, data), busy, sum(v.numel() * v.element_size() for _, v in data if isinstance(v, torch.Tensor)),
-                                 ANSWER_S, "the model and graph to profile")
-        ranges = stage_ranges(len(model), min(max(pieces or 0, workers), len(model)))
+        shipped = scatter_within(client, Cargo(model, data), busy, graph_bytes(data), ANSWER_S,
+                                 "the model and graph to profile")
+        ranges = stage_ranges(model, min(max(pieces or 0, workers), len(model)))
         owners = [busy[i * len(busy) // len(ranges)] for i in range(len(ranges))]
         with _naming_dead_workers(handle, busy):
             with _together(owners, client) as company:

@@ -8,12 +8,18 @@ those calls is bounded here; past its bound every worker that does not answer a 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 from distributed import Client, Future
+from torch import Tensor
 
-__all__ = ["ANSWER_S", "PING_S", "WorkerSilent", "ask", "result_within", "scatter_within", "silent"]
+__all__ = ["ANSWER_S", "PING_S", "WorkerSilent", "ask", "graph_bytes", "result_within",
+           "scatter_within", "silent"]
+
+#: What a call past its bound raises (asyncio's is the built-in one from Python 3.11 only).
+_TIMEOUTS = (TimeoutError, asyncio.TimeoutError)
 
 #: Seconds a worker has to answer where no run's ``timeout`` applies (profiling for a plan).
 ANSWER_S = 120.0
@@ -47,7 +53,7 @@ def silent(client: Client, workers: list[str]) -> list[str]:
     for worker in workers:
         try:
             client.run(_pong, workers=[worker], callback_timeout=PING_S)
-        except TimeoutError:
+        except _TIMEOUTS:
             quiet.append(worker)
     return quiet or list(workers)
 
@@ -58,7 +64,7 @@ def ask(client: Client, function: Callable[..., Any], workers: list[str], *args:
     :class:`WorkerSilent` naming the silent workers after ``timeout`` seconds."""
     try:
         return dict(client.run(function, *args, workers=workers, callback_timeout=timeout))
-    except TimeoutError as exc:
+    except _TIMEOUTS as exc:
         raise WorkerSilent(silent(client, workers), what, timeout) from exc
 
 
@@ -67,18 +73,27 @@ def result_within(client: Client, future: Future, worker: str, timeout: float,
     """``future``'s result (a task pinned to ``worker``) within ``timeout`` seconds."""
     try:
         return future.result(timeout=timeout)
-    except TimeoutError as exc:
+    except _TIMEOUTS as exc:
         client.cancel([future])
         raise WorkerSilent(silent(client, [worker]), what, timeout) from exc
+
+
+def graph_bytes(data: Any) -> int:
+    """Bytes of a graph's tensors (a PyG ``Data``)."""
+    return sum(v.numel() * v.element_size() for _, v in data if isinstance(v, Tensor))
 
 
 def scatter_within(client: Client, value: Any, workers: list[str], size: int, timeout: float,
                    what: str) -> Future:
     """``value`` (``size`` bytes) sent to every one of ``workers``, within ``timeout`` seconds
-    plus its size at :data:`SLOWEST_RECEIVE`."""
+    plus its size at :data:`SLOWEST_RECEIVE`.
+
+    A send past its bound goes on in the scheduler: once the silent worker answers again, a
+    copy of ``value`` lands on the workers and stays there while this client is connected (no
+    future holds it, so nothing releases it; restarting the workers frees it)."""
     bound = timeout + size / SLOWEST_RECEIVE
     try:  # Client.scatter's own timeout= bounds only the wait for workers, not the sending
         return client.sync(client._scatter, value, workers=workers, broadcast=True, hash=False,
                            timeout=bound, callback_timeout=bound)
-    except TimeoutError as exc:
+    except _TIMEOUTS as exc:
         raise WorkerSilent(silent(client, workers), what, bound) from exc

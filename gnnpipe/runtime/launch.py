@@ -12,10 +12,9 @@ from dask.utils import format_bytes
 from distributed import Future, wait
 from distributed.client import FuturesCancelledError
 from distributed.comm import CommClosedError
-from torch import Tensor
 
 from gnnpipe.run import history_from  # noqa: F401 - where the dashboard merges live records
-from gnnpipe.runtime.asking import ask, result_within, scatter_within
+from gnnpipe.runtime.asking import ask, graph_bytes, result_within, scatter_within
 from gnnpipe.runtime.cluster import Absence, Cluster, free_port, local_ranks
 from gnnpipe.runtime.placement import claim, claim_lock, probe, rank_key, rank_prefix
 from gnnpipe.runtime.rank import run_rank
@@ -131,7 +130,7 @@ def _ship(spec: JobSpec, cluster: Cluster, workers: list[str]) -> Future:
     limits = cluster.memory_limits(workers)
     held = ask(client, resident_bytes, workers, timeout=timeout,
                what="its resident memory") if any(limits.values()) else {}
-    graph = sum(v.numel() * v.element_size() for _, v in spec.data if isinstance(v, Tensor))
+    graph = graph_bytes(spec.data)
     try:
         return scatter_within(client, spec, workers, graph, timeout, "the run's model and graph")
     except CommClosedError as exc:
