@@ -163,21 +163,21 @@ def test_ranks_and_one_process_modes_flush_subnormals(cluster, small_graph) -> N
 def test_ranks_allocator_is_chosen_by_gnnpipe_allocator(monkeypatch) -> None:
     """The workers gnnpipe starts use 2 MiB pages (where the kernel has them);
     ``GNNPIPE_ALLOCATOR`` picks glibc's defaults or the lean allocator; a bad name is named."""
-    from gnnpipe.runtime.workerenv import _worker_config
+    from gnnpipe.runtime.workerenv import worker_config
 
     spawn = "distributed.nanny.pre-spawn-environ."
     thp = transparent_huge_pages()
     monkeypatch.delenv("GNNPIPE_ALLOCATOR", raising=False)
-    assert (_worker_config(1).get(spawn + "THP_MEM_ALLOC_ENABLE") == "1") == thp
-    assert spawn + "MALLOC_MMAP_THRESHOLD_" not in _worker_config(1)
+    assert (worker_config(1).get(spawn + "THP_MEM_ALLOC_ENABLE") == "1") == thp
+    assert spawn + "MALLOC_MMAP_THRESHOLD_" not in worker_config(1)
     # workers given a Dask memory_limit hold only what they use (what a plan fitted to it counts)
-    assert _worker_config(1, capped=True)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
+    assert worker_config(1, capped=True)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "lean")
-    assert _worker_config(1)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
+    assert worker_config(1)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "glibc")
     assert Allocator.chosen().environ() == {} and Allocator.chosen(capped=True).environ() == {}
     assert not any(k.startswith(spawn + "MALLOC_MMAP") or k.endswith("THP_MEM_ALLOC_ENABLE")
-                   for k in _worker_config(1))
+                   for k in worker_config(1))
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "jemalloc")
     with pytest.raises(ValueError, match="GNNPIPE_ALLOCATOR: expected one of"):
-        _worker_config(1)
+        worker_config(1)
