@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COSTS", "HEAP_CEILING", "MALLOC_VAR", "Allocator", "RankNanny", "WorkerEnvironment",
            "check_workers", "heap_ceiling", "inspect_worker", "rank_environment",
-           "transparent_huge_pages", "worker_config"]
+           "transparent_huge_pages"]
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def heap_ceiling() -> HeapCeiling | None:
 _ALLOCATOR_VARS = {"MALLOC_MMAP_THRESHOLD_": "1048576", "THP_MEM_ALLOC_ENABLE": "1"}
 
 
-def worker_config(threads: int, capped: bool = False) -> dict[str, Any]:
+def _worker_config(threads: int, capped: bool = False) -> dict[str, Any]:
     """Dask config for the workers gnnpipe starts: no trim threshold, no statistical profiler,
     ``threads`` OpenMP/MKL/OpenBLAS threads (torch's intra-op pool) per rank, and the
     :class:`Allocator` ``GNNPIPE_ALLOCATOR`` names (:meth:`Allocator.chosen` for ``capped``)."""
@@ -175,7 +175,7 @@ def _drop_leaked_malloc_setting() -> None:
 
 @contextlib.contextmanager
 def rank_environment(threads: int, capped: bool = False) -> Iterator[None]:
-    """Within this block, Dask nannies created here start workers in :func:`worker_config`'s
+    """Within this block, Dask nannies created here start workers in :func:`_worker_config`'s
     environment (a nanny keeps it for the restarts of its worker; ``capped``: they have a Dask
     ``memory_limit``). A nanny prefers this
     process's own variables to its config, so the thread counts are set here for the block
@@ -184,7 +184,7 @@ def rank_environment(threads: int, capped: bool = False) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in _THREAD_VARS}
     os.environ.update({k: str(threads) for k in _THREAD_VARS})
     try:
-        with dask.config.set(worker_config(threads, capped)):
+        with dask.config.set(_worker_config(threads, capped)):
             yield
     finally:
         _drop_leaked_malloc_setting()
@@ -201,16 +201,11 @@ class RankNanny(Nanny):
     ``Nanny`` keeps a shallow copy of Dask's config, whose nested settings are the global
     config's own dicts: the values :func:`rank_environment` sets there revert when its block
     ends, and a worker the nanny restarts after a failure would come back with the
-    statistical profiler on. This one holds a deep copy, taken inside the block. A local
-    cluster that replaces a worker gone too long (``distributed.deploy.lost-worker-timeout``,
-    a slow restart on a loaded machine) creates a new nanny outside any block: ``rank_config``
-    (:func:`worker_config`, in the cluster's worker options) gives it the same environment."""
+    statistical profiler on. This one holds a deep copy, taken inside the block."""
 
-    def __init__(self, *args: Any, rank_config: dict[str, Any] | None = None,
-                 **kwargs: Any) -> None:
-        with dask.config.set(rank_config or {}):
-            super().__init__(*args, **kwargs)
-            self.config = copy.deepcopy(self.config)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config = copy.deepcopy(self.config)
 
 
 @dataclass(frozen=True)

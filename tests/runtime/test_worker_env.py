@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
+import dask
 import pytest
 import torch
 from distributed import Client, LocalCluster
@@ -62,8 +63,11 @@ def _exit_worker() -> None:
 def test_a_restarted_worker_keeps_the_rank_environment() -> None:
     """A worker that dies (a failed rank) comes back from its nanny in the same environment:
     Nanny copies Dask's config shallowly, so without RankNanny the profiler switched off inside
-    rank_environment was on again after the restart."""
-    with gp.Cluster(n_workers=1, threads_per_worker=2) as cluster:
+    rank_environment was on again after the restart. (Its nanny restarts it: on a loaded
+    machine the local cluster would otherwise give up on the slow restart and replace the
+    nanny, a path this does not test.)"""
+    with (dask.config.set({"distributed.deploy.lost-worker-timeout": "600s"}),
+          gp.Cluster(n_workers=1, threads_per_worker=2) as cluster):
         client = cluster.client
         (before,) = client.run(inspect_worker).values()
         with pytest.raises(Exception, match="KilledWorker|died"):
@@ -163,21 +167,21 @@ def test_ranks_and_one_process_modes_flush_subnormals(cluster, small_graph) -> N
 def test_ranks_allocator_is_chosen_by_gnnpipe_allocator(monkeypatch) -> None:
     """The workers gnnpipe starts use 2 MiB pages (where the kernel has them);
     ``GNNPIPE_ALLOCATOR`` picks glibc's defaults or the lean allocator; a bad name is named."""
-    from gnnpipe.runtime.workerenv import worker_config
+    from gnnpipe.runtime.workerenv import _worker_config
 
     spawn = "distributed.nanny.pre-spawn-environ."
     thp = transparent_huge_pages()
     monkeypatch.delenv("GNNPIPE_ALLOCATOR", raising=False)
-    assert (worker_config(1).get(spawn + "THP_MEM_ALLOC_ENABLE") == "1") == thp
-    assert spawn + "MALLOC_MMAP_THRESHOLD_" not in worker_config(1)
+    assert (_worker_config(1).get(spawn + "THP_MEM_ALLOC_ENABLE") == "1") == thp
+    assert spawn + "MALLOC_MMAP_THRESHOLD_" not in _worker_config(1)
     # workers given a Dask memory_limit hold only what they use (what a plan fitted to it counts)
-    assert worker_config(1, capped=True)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
+    assert _worker_config(1, capped=True)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "lean")
-    assert worker_config(1)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
+    assert _worker_config(1)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "glibc")
     assert Allocator.chosen().environ() == {} and Allocator.chosen(capped=True).environ() == {}
     assert not any(k.startswith(spawn + "MALLOC_MMAP") or k.endswith("THP_MEM_ALLOC_ENABLE")
-                   for k in worker_config(1))
+                   for k in _worker_config(1))
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "jemalloc")
     with pytest.raises(ValueError, match="GNNPIPE_ALLOCATOR: expected one of"):
-        worker_config(1)
+        _worker_config(1)
