@@ -29,7 +29,8 @@ def test_train_parses_its_arguments_into_one_frozen_record(small_graph):
                    techniques={"snapshot": False}, progress=False)
     job = run.config
     assert isinstance(job, TrainConfig) and job.mode is Mode.LOCAL
-    assert job.chunks == 8 and job.stages == 2 and job.ranges == ((0, 2), (2, len(model)))
+    # 3 GNN layers on 2 stages: the layer left over goes to the later stage
+    assert job.chunks == 8 and job.stages == 2 and job.ranges == ((0, 1), (1, len(model)))
     assert job.lr == 1.0 and isinstance(job.lr, float)
     assert job.techniques == gp.Techniques(snapshot=False)
     with pytest.raises(dataclasses.FrozenInstanceError):
