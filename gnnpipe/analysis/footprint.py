@@ -99,7 +99,8 @@ class Footprint:
     forward plus backward holds at once, its stash included; ``eval_peak``: the most a no-grad
     full-graph forward of the range holds (a later stage's received inputs included);
     ``buffers``: the full-graph historical buffers of the range's aggregating blocks
-    (``Hbuf``, snapshot, ``dZbuf``, the recompute cache), per graph row; ``cache``: the aggregation outputs ``recompute=True`` keeps, per graph row;
+    (``Hbuf``, snapshot, ``dZbuf``, the recompute cache), per graph row; ``cache``: the
+    aggregation outputs ``recompute=True`` keeps, per graph row;
     ``inputs``: the tensors entering the range (kept as the stage's leaves);
     ``per_source_stash``/``per_source_peak``: what a chunk adds per distinct source row outside
     it that its message-passing blocks read (0 for blocks that aggregate with ``Â``)."""
