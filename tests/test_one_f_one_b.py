@@ -16,6 +16,9 @@ import torch
 import gnnpipe as gp
 from gnnpipe.analysis.memory import estimate
 from gnnpipe.api import door
+from gnnpipe.core.kinds import OpKind
+from gnnpipe.runtime.pipeline import acknowledged
+from gnnpipe.schedule import one_f_one_b
 
 
 def _rel(a, b) -> float:
@@ -50,6 +53,25 @@ def test_pipeline_equals_local_in_1f1b(cluster, small_graph, gcnii):
     assert kinds.count("forward") == kinds.count("backward") == 6
     predicted = gp.comm_volume(gcnii, small_graph, "pipeline", stages=3)
     assert (pipe.history["comm_bytes"] == predicted).all()
+    # a stage lets go of what it sent once the peer has answered, not at the epoch's end: by
+    # its last backward stage 1 has released every activation it sent on and the gradients of
+    # the first three chunks (stage 0's forwards of chunks 3-5 answered them)
+    last = ops[ops["kind"] == "backward"]["start"].max()
+    sends = tl[(tl["rank"] == 1) & (tl["epoch"] == 1) & (tl["kind"] == "send") & (tl["chunk"] >= 0)]
+    on, back = sends[sends["peer"] == 2], sends[sends["peer"] == 0]
+    assert len(on) == len(back) == 6 * 2  # h and h0 each way, per chunk
+    assert (on["end"] <= last).all()
+    assert (back["end"] <= last).sum() == 3 * 2
+
+
+def test_a_peer_answers_the_messages_it_has_read():
+    schedule = one_f_one_b(3, 6)  # stage 0: F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 B4 B5
+    forward, backward = OpKind.FORWARD, OpKind.BACKWARD
+    assert acknowledged(schedule, 0, backward, forward) == {0: 0, 1: 0, 2: 0, 3: 1, 4: 2, 5: 3}
+    # stage 2: F0 B0 F1 B1 ...: each gradient answers the activation of its own chunk
+    assert acknowledged(schedule, 2, forward, backward) == {k: k + 1 for k in range(6)}
+    # stage 1: F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5
+    assert acknowledged(schedule, 1, forward, backward) == {0: 2, 1: 3, 2: 4, 3: 5, 4: 6, 5: 6}
 
 
 def test_1f1b_is_its_own_rule_and_the_same_at_any_stage_count(small_graph, gcnii):
@@ -133,3 +155,24 @@ def test_1f1b_recompute_keeps_a_slot_per_chunk_in_flight(cluster, small_graph, g
     assert buffers and all(buf.kept_z is None and len(buf.z_slots) == 1
                            and buf.z_slots[0].size(0) == tallest and not buf.z_slot_of
                            for buf in buffers)
+
+
+def test_an_outbox_lets_go_of_the_sends_an_answer_acknowledges():
+    """A send's handle holds its tensor: the ones an answer acknowledges are settled and
+    dropped (holding them to the epoch's end kept every chunk a middle stage sent)."""
+    from gnnpipe.runtime.pipeline import _Outbox
+
+    settled = []
+
+    class Settles:
+        def settle(self, works):
+            settled.append(list(works))
+
+    box = _Outbox({0: 0, 1: 2, 2: 3})
+    box.sent = [["a0", "b0"], ["a1", "b1"], ["a2", "b2"]]
+    box.answered(Settles(), 0)
+    assert settled == [] and box.released == 0
+    box.answered(Settles(), 1)
+    assert settled == [["a0", "b0", "a1", "b1"]] and box.sent == [[], [], ["a2", "b2"]]
+    box.answered(Settles(), 2)
+    assert settled[-1] == ["a2", "b2"] and box.sent == [[], [], []] and box.released == 3

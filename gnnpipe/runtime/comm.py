@@ -92,13 +92,15 @@ class Comm:
             self.epoch_bytes[self.epoch] += nbytes
         return nbytes
 
-    def isend(self, tensor: Tensor, dst: int, kind: str, chunk: int = -1) -> None:
-        """Start sending ``tensor`` to ``dst``; completed by :meth:`wait_all`."""
+    def isend(self, tensor: Tensor, dst: int, kind: str, chunk: int = -1) -> dist.Work:
+        """Start sending ``tensor`` to ``dst``; completed by :meth:`wait_all` (or
+        :meth:`settle`, given the handle returned)."""
         tensor = tensor.contiguous()
         nbytes = self._count(dst, kind, tensor)
         start = self.now()
         work = _started(dist.isend(tensor, dst))
         self._pending.append((work, start, OpKind.SEND, chunk, nbytes, dst, tensor))
+        return work
 
     def recv(self, shape: tuple[int, ...], src: int, chunk: int = -1,
              dtype: torch.dtype = torch.float32) -> Tensor:
@@ -132,9 +134,25 @@ class Comm:
             self.record(kind, start, chunk, nbytes, peer)
         self._pending.clear()
 
+    def settle(self, works: list[dist.Work]) -> None:
+        """Wait for, record and release the sends ``works``, which the caller knows have arrived
+        (their receiver has answered since): their tensors are freed now instead of at
+        :meth:`wait_all`. Gloo's send handles report completion only once waited for, so
+        :meth:`reap` never frees them."""
+        settled = {id(w) for w in works}
+        keep = []
+        for item in self._pending:
+            work, start, kind, chunk, nbytes, peer, _ = item
+            if id(work) in settled:
+                work.wait()
+                self.record(kind, start, chunk, nbytes, peer)
+            else:
+                keep.append(item)
+        self._pending = keep
+
     def reap(self) -> None:
         """Record and release the pending sends and receives that have completed (the rest stay
-        pending for :meth:`wait_all`)."""
+        pending for :meth:`wait_all`; a Gloo send is never seen completed here)."""
         keep = []
         for item in self._pending:
             work, start, kind, chunk, nbytes, peer, _ = item

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
@@ -20,7 +22,7 @@ from gnnpipe.engine.single import FullGraphContext, metrics
 from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.comm import Comm, PendingRecv
 from gnnpipe.runtime.spec import JobSpec
-from gnnpipe.schedule import one_f_one_b
+from gnnpipe.schedule import Schedule, one_f_one_b
 
 __all__ = ["PipelineStage", "pipeline_program"]
 
@@ -38,6 +40,43 @@ class _NoParameters:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         pass
+
+
+def acknowledged(schedule: Schedule, peer: int, consumes: OpKind, answers: OpKind) -> dict[int, int]:
+    """How many of a rank's messages to ``peer`` have arrived by the time each of ``peer``'s
+    answers does: ``peer`` reads message ``k`` (of its ``k``-th ``consumes`` op, e.g. the
+    activations of its ``k``-th forward) as that op begins, and sends answer ``j`` (e.g. the
+    gradients of its ``j``-th backward) as its ``j``-th ``answers`` op ends; the result maps ``j``
+    to the number of messages ``peer`` had read before it."""
+    done = {OpKind.FORWARD: 0, OpKind.BACKWARD: 0}
+    acks: dict[int, int] = {}
+    for op in schedule.ranks[peer]:
+        if op.kind not in done:
+            continue
+        if op.kind is answers:
+            acks[done[answers]] = done[consumes]
+        done[op.kind] += 1
+    return acks
+
+
+@dataclass
+class _Outbox:
+    """One direction's sends of a 1F1B epoch, by chunk position, released once the peer's
+    answer shows they arrived (:func:`acknowledged`): a stage holds its chunks in flight, not
+    every chunk it sent this epoch."""
+
+    acks: dict[int, int]
+    sent: list[list[dist.Work]] = field(default_factory=list)
+    released: int = 0
+
+    def answered(self, comm: Comm, position: int) -> None:
+        """The peer's answer ``position`` is here: release the sends it acknowledges."""
+        upto = self.acks.get(position, 0)
+        if upto > self.released:
+            comm.settle([w for works in self.sent[self.released:upto] for w in works])
+            for k in range(self.released, upto):  # a handle holds its tensor
+                self.sent[k] = []
+            self.released = upto
 
 
 class PipelineStage:
@@ -91,8 +130,9 @@ class PipelineStage:
         return [self.comm.post_recv((hi - lo, w), peer, order[position], dtype=self.wire)
                 for w in widths]
 
-    def _forward_at(self, c: int, inputs: list[Tensor]) -> float:
-        """Forward chunk ``c`` and send its outputs on; its loss on the last stage, else 0."""
+    def _forward_at(self, c: int, inputs: list[Tensor]) -> tuple[float, list[dist.Work]]:
+        """Forward chunk ``c`` and send its outputs on; its loss on the last stage (else 0) and
+        the sends' handles."""
         comm, data = self.comm, self.data
         lo, hi = self.rows(c)
         target = (data.y[lo:hi], data.train_mask[lo:hi], self.num_train) if self.is_last else None
@@ -100,26 +140,27 @@ class PipelineStage:
         outputs = self.executor.forward(c, inputs, target)
         comm.record(OpKind.FORWARD, start, c)
         if self.is_last:
-            return float(outputs[0])
+            return float(outputs[0]), []
         assert self.next is not None  # every stage but the last has a next
-        for out in outputs:  # rounded to the wire dtype already: exact
-            comm.isend(out.to(self.wire), self.next, "activation", c)
-        return 0.0
+        # rounded to the wire dtype already: exact
+        return 0.0, [comm.isend(out.to(self.wire), self.next, "activation", c) for out in outputs]
 
-    def _backward_at(self, c: int, grads: list[Tensor | None] | None) -> None:
-        """Backward chunk ``c`` and send its input gradients upstream."""
+    def _backward_at(self, c: int, grads: list[Tensor | None] | None) -> list[dist.Work]:
+        """Backward chunk ``c`` and send its input gradients upstream; the sends' handles."""
         comm = self.comm
         lo, hi = self.rows(c)
         start = comm.now()
         grad_inputs = self.executor.backward(c, grads)
         comm.record(OpKind.BACKWARD, start, c)
         if self.is_first:
-            return
+            return []
         assert self.prev is not None  # every stage but the first has a previous
+        sent = []
         for g, w in zip(grad_inputs, self.in_widths):
             if g is None:  # an input this stage never used: a zero gradient
                 g = torch.zeros(hi - lo, w, device=comm.device)
-            comm.isend(g.to(self.wire), self.prev, "gradient", c)
+            sent.append(comm.isend(g.to(self.wire), self.prev, "gradient", c))
+        return sent
 
     def _inputs(self, order: list[int], position: int,
                 incoming: list[PendingRecv]) -> tuple[list[Tensor], list[PendingRecv]]:
@@ -149,7 +190,7 @@ class PipelineStage:
             if on_chunk is not None:
                 on_chunk(position)
             inputs, incoming = self._inputs(order, position, incoming)
-            loss += self._forward_at(c, inputs)
+            loss += self._forward_at(c, inputs)[0]
             self.comm.reap()
         self.comm.wait_all()
         return loss
@@ -168,21 +209,30 @@ class PipelineStage:
     def one_f_one_b_chunks(self, order: list[int]) -> float:
         """This stage's ops of :func:`gnnpipe.schedule.one_f_one_b` (its ``k``-th chunk is
         ``order[k]``): warm-up forwards, then one backward and one forward each, then the last
-        backwards, in chunk order; sends that have completed are released as it goes, so a stage
-        holds at most its in-flight chunks. The summed chunk losses on the last stage."""
-        ops = one_f_one_b(self.spec.job.stages, len(order)).ranks[self.comm.stage]
+        backwards, in chunk order. A send is released once the peer's answer shows it arrived
+        (the next stage's gradients of a chunk, the previous stage's activations of a later
+        one), so a stage holds its chunks in flight, not the epoch's. The summed chunk losses on
+        the last stage."""
+        schedule, s = one_f_one_b(self.spec.job.stages, len(order)), self.comm.stage
+        forward, backward = OpKind.FORWARD, OpKind.BACKWARD
+        to_next = _Outbox({} if self.is_last else acknowledged(schedule, s + 1, forward, backward))
+        to_prev = _Outbox({} if self.is_first else acknowledged(schedule, s - 1, backward, forward))
         forwards = self._post(order, 0, self.prev, self.in_widths)
         backwards = self._post(order, 0, self.next, self.out_widths)
-        done = {OpKind.FORWARD: 0, OpKind.BACKWARD: 0}
+        done = {forward: 0, backward: 0}
         loss = 0.0
-        for op in ops:
+        for op in schedule.ranks[s]:
             position = done[op.kind]
-            if op.kind is OpKind.FORWARD:
+            if op.kind is forward:
                 inputs, forwards = self._inputs(order, position, forwards)
-                loss += self._forward_at(order[position], inputs)
+                to_prev.answered(self.comm, position)
+                chunk_loss, sent = self._forward_at(order[position], inputs)
+                loss += chunk_loss
+                to_next.sent.append(sent)
             else:
                 grads, backwards = self._grads(order, position, 1, backwards)
-                self._backward_at(order[position], grads)
+                to_next.answered(self.comm, position)
+                to_prev.sent.append(self._backward_at(order[position], grads))
             done[op.kind] += 1
             self.comm.reap()
         self.comm.wait_all()
