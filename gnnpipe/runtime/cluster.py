@@ -14,7 +14,7 @@ from distributed.core import PooledRPCCall, Server, Status, rpc
 
 from gnnpipe.runtime.asking import ask
 from gnnpipe.runtime.scripts import check_main_guard
-from gnnpipe.runtime.workerenv import RankNanny, rank_environment
+from gnnpipe.runtime.workerenv import RankNanny, rank_environment, worker_environ
 
 __all__ = ["PRELOAD", "Absence", "Cluster", "WorkerLost", "check_cluster", "check_gpus", "free_port", "gpu_ids", "local_ranks",
            "resolve"]
@@ -97,9 +97,10 @@ class Cluster:
             # full-speed torch in every rank; ranks hold what they use under a memory_limit
             self._capped = kwargs.get("memory_limit") not in (None, 0, "0", "auto")
             with rank_environment(threads_per_worker, self._capped):
-                self._local = LocalCluster(n_workers=n_workers, threads_per_worker=1,
-                                           processes=True, host=host, worker_class=RankNanny,
-                                           dashboard_address=f"{host}:0", **kwargs)
+                self._local = LocalCluster(
+                    n_workers=n_workers, threads_per_worker=1, processes=True, host=host,
+                    worker_class=RankNanny, dashboard_address=f"{host}:0", **kwargs,
+                    rank_environ=worker_environ(threads_per_worker, self._capped))
             self.client = Client(self._local)
             self.size = n_workers
 

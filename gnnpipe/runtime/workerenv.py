@@ -29,9 +29,9 @@ from gnnpipe.runtime.asking import ask
 if TYPE_CHECKING:
     from gnnpipe.engine.memory import HeapCeiling
 
-__all__ = ["COSTS", "HEAP_CEILING", "MALLOC_VAR", "Allocator", "RankNanny", "WorkerEnvironment",
-           "check_workers", "heap_ceiling", "inspect_worker", "rank_environment",
-           "transparent_huge_pages"]
+__all__ = ["COSTS", "HEAP_CEILING", "MALLOC_VAR", "SPAWN_ENVIRON", "Allocator", "RankNanny",
+           "WorkerEnvironment", "check_workers", "heap_ceiling", "inspect_worker",
+           "rank_environment", "transparent_huge_pages", "worker_environ"]
 
 logger = logging.getLogger(__name__)
 
@@ -138,15 +138,24 @@ def heap_ceiling() -> HeapCeiling | None:
 _ALLOCATOR_VARS = {"MALLOC_MMAP_THRESHOLD_": "1048576", "THP_MEM_ALLOC_ENABLE": "1"}
 
 
-def _worker_config(threads: int, capped: bool = False) -> dict[str, Any]:
-    """Dask config for the workers gnnpipe starts: no trim threshold, no statistical profiler,
+#: The pre-spawn environment: a nanny sets it in its own process before it spawns a worker
+SPAWN_ENVIRON = "distributed.nanny.pre-spawn-environ"
+
+
+def worker_environ(threads: int, capped: bool = False) -> dict[str, str | None]:
+    """The environment of the workers gnnpipe starts (None: unset): no trim threshold,
     ``threads`` OpenMP/MKL/OpenBLAS threads (torch's intra-op pool) per rank, and the
     :class:`Allocator` ``GNNPIPE_ALLOCATOR`` names (:meth:`Allocator.chosen` for ``capped``)."""
-    env = "distributed.nanny.pre-spawn-environ"
-    return {f"{env}.{MALLOC_VAR}": None, "distributed.worker.profile.enabled": False,
-            **{f"{env}.{var}": threads for var in _THREAD_VARS},
-            **{f"{env}.{var}": value
-               for var, value in Allocator.chosen(capped).environ().items()}}
+    return {MALLOC_VAR: None, **{var: str(threads) for var in _THREAD_VARS},
+            **Allocator.chosen(capped).environ()}
+
+
+def _worker_config(threads: int, capped: bool = False) -> dict[str, Any]:
+    """Dask config for the workers gnnpipe starts: :func:`worker_environ` as the nanny's
+    pre-spawn environment and no statistical profiler."""
+    return {"distributed.worker.profile.enabled": False,
+            **{f"{SPAWN_ENVIRON}.{var}": value
+               for var, value in worker_environ(threads, capped).items()}}
 
 
 def _initial_environ() -> dict[str, str] | None:
@@ -196,16 +205,35 @@ def rank_environment(threads: int, capped: bool = False) -> Iterator[None]:
 
 
 class RankNanny(Nanny):
-    """A nanny that keeps the rank environment for every restart of its worker.
+    """A nanny whose worker computes in the rank environment, for every start and restart.
 
-    ``Nanny`` keeps a shallow copy of Dask's config, whose nested settings are the global
-    config's own dicts: the values :func:`rank_environment` sets there revert when its block
-    ends, and a worker the nanny restarts after a failure would come back with the
-    statistical profiler on. This one holds a deep copy, taken inside the block."""
+    ``Nanny`` reads its environment and config from Dask's global config when it is created, and
+    keeps a shallow copy of the config, whose nested settings are the global config's own dicts.
+    A nanny a local cluster creates later (scaling back up after a worker was lost: created on
+    the event loop once :func:`rank_environment`'s block has ended) would see Dask's defaults,
+    and a restarted worker would come back with the values the block set reverted. This one
+    takes its environment as an argument and holds a deep copy of its config with the
+    statistical profiler off.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    Args:
+        rank_environ: the workers' environment (:func:`worker_environ`; None: unset); none
+            given, Dask's as configured.
+    """
+
+    def __init__(self, *args: Any, rank_environ: dict[str, str | None] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.config = copy.deepcopy(self.config)
+        if rank_environ is None:
+            return
+        self.config.setdefault("distributed", {}).setdefault("worker", {}).setdefault(
+            "profile", {})["enabled"] = False
+        for var, value in rank_environ.items():
+            for env in (self.pre_spawn_env, self.env):
+                if value is None:
+                    env.pop(var, None)
+                else:
+                    env[var] = value
 
 
 @dataclass(frozen=True)

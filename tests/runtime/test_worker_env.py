@@ -65,7 +65,7 @@ def test_a_restarted_worker_keeps_the_rank_environment() -> None:
     Nanny copies Dask's config shallowly, so without RankNanny the profiler switched off inside
     rank_environment was on again after the restart. (Its nanny restarts it: on a loaded
     machine the local cluster would otherwise give up on the slow restart and replace the
-    nanny, a path this does not test.)"""
+    nanny: the next test's path.)"""
     with (dask.config.set({"distributed.deploy.lost-worker-timeout": "600s"}),
           gp.Cluster(n_workers=1, threads_per_worker=2) as cluster):
         client = cluster.client
@@ -77,6 +77,21 @@ def test_a_restarted_worker_keeps_the_rank_environment() -> None:
         assert after == before
         assert after["profiler"] is False and after["omp_threads"] == "2"
         assert after["malloc_trim_threshold"] is None
+
+
+def test_a_worker_the_cluster_starts_later_has_the_rank_environment() -> None:
+    """A local cluster that scales back up (after a worker was lost, or a restart took too
+    long) creates the new nanny on its event loop, outside any block of this process: it still
+    starts its worker in the rank environment (it used to get Dask's defaults)."""
+    with gp.Cluster(n_workers=1, threads_per_worker=2) as cluster:
+        assert cluster._local is not None
+        cluster._local.scale(2)
+        cluster.client.wait_for_workers(2, timeout=120)
+        found = list(cluster.client.run(inspect_worker).values())
+        assert len(found) == 2
+        for env in found:
+            assert env["profiler"] is False and env["omp_threads"] == "2"
+            assert env["malloc_trim_threshold"] is None
 
 
 @pytest.mark.parametrize(("mode", "kwargs"), [("pipeline", {"stages": 2, "chunks": 8}),
