@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,10 @@ from gnnpipe.runtime.comm import Comm, PendingRecv
 from gnnpipe.runtime.spec import JobSpec
 from gnnpipe.schedule import Schedule, one_f_one_b
 
-__all__ = ["PipelineStage", "pipeline_program"]
+__all__ = ["SENDS_IN_FLIGHT", "PipelineStage", "acknowledged", "pipeline_program"]
+
+#: Chunks whose sends a fill-drain pipeline stage keeps pending before it waits for the oldest.
+SENDS_IN_FLIGHT = 2
 
 
 class _NoParameters:
@@ -181,29 +185,50 @@ class PipelineStage:
         grads: list[Tensor | None] = [r.wait().float() for r in incoming]
         return grads, self._post(order, position + step, self.next, self.out_widths)
 
-    def forward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None) -> float:
+    def forward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None,
+                       in_flight: int | None = None) -> float:
         """Forward every chunk of ``order``; returns the summed chunk losses on the last stage.
-        ``on_chunk(position)`` runs before each chunk (hybrid: which chunks the other ways hold)."""
+        ``on_chunk(position)`` runs before each chunk (hybrid: which chunks the other ways hold).
+        With ``in_flight``, the sends of at most that many chunks are pending: past it the
+        stage waits for the oldest (else every send waits for the phase's end)."""
         loss = 0.0
         incoming = self._post(order, 0, self.prev, self.in_widths)
+        sent: deque[list[dist.Work]] = deque()
         for position, c in enumerate(order):
             if on_chunk is not None:
                 on_chunk(position)
             inputs, incoming = self._inputs(order, position, incoming)
-            loss += self._forward_at(c, inputs)[0]
-            self.comm.reap()
+            chunk_loss, works = self._forward_at(c, inputs)
+            loss += chunk_loss
+            self._bound(sent, works, in_flight)
         self.comm.wait_all()
         return loss
 
-    def backward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None) -> None:
-        """Backward every chunk of ``order`` in reverse, passing input gradients upstream."""
+    def _bound(self, sent: deque[list[dist.Work]], works: list[dist.Work],
+               in_flight: int | None) -> None:
+        """Add a chunk's sends to ``sent``; wait for the oldest chunk's past ``in_flight``. A
+        fill-drain peer reads every chunk in order and waits on nothing of this stage's but
+        them, so the wait ends (and costs the stage nothing on the critical path: it idles at
+        the phase's end anyway); a sent tensor no longer in the stash (``recompute``, a
+        compact wire, the gradients) is then freed instead of kept to the phase's end."""
+        self.comm.reap()
+        if in_flight is None:
+            return
+        sent.append(works)
+        while len(sent) > in_flight:
+            self.comm.settle(sent.popleft())
+
+    def backward_chunks(self, order: list[int], on_chunk: Callable[[int], None] | None = None,
+                        in_flight: int | None = None) -> None:
+        """Backward every chunk of ``order`` in reverse, passing input gradients upstream
+        (``on_chunk`` and ``in_flight`` as in :meth:`forward_chunks`)."""
         incoming = self._post(order, len(order) - 1, self.next, self.out_widths)
+        sent: deque[list[dist.Work]] = deque()
         for position in range(len(order) - 1, -1, -1):
             if on_chunk is not None:
                 on_chunk(position)
             grads, incoming = self._grads(order, position, -1, incoming)
-            self._backward_at(order[position], grads)
-            self.comm.reap()
+            self._bound(sent, self._backward_at(order[position], grads), in_flight)
         self.comm.wait_all()
 
     def one_f_one_b_chunks(self, order: list[int]) -> float:
@@ -278,9 +303,9 @@ class PipelineStage:
         if self.spec.job.schedule is TrainSchedule.ONE_F_ONE_B:
             loss = self.one_f_one_b_chunks(order)
             return loss if self.is_last else None
-        loss = self.forward_chunks(order)
+        loss = self.forward_chunks(order, in_flight=SENDS_IN_FLIGHT)
         self.executor.between_phases()  # while the later stages finish this epoch's chunks
-        self.backward_chunks(order)
+        self.backward_chunks(order, in_flight=SENDS_IN_FLIGHT)
         return loss if self.is_last else None
 
     def step(self, epoch: int) -> None:

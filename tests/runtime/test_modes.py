@@ -53,6 +53,13 @@ def test_pipeline_upkeep_between_phases_equals_local(cluster, small_graph, gcnii
     pipe = gp.train(copy.deepcopy(gcnii), small_graph, "pipeline", cluster=cluster, **kwargs)
     assert _rel(pipe.history["loss"], local.history["loss"]) < 1e-5
     assert pipe.history["val_acc"].tolist() == local.history["val_acc"].tolist()
+    # a stage keeps two chunks' sends pending: past them it waits for the oldest, which is
+    # freed then, not at the phase's end (stage 1's first chunks, by its last forward)
+    tl = pipe.timeline.df
+    mine = tl[(tl["rank"] == 1) & (tl["epoch"] == 1) & (tl["chunk"] >= 0)]
+    last = mine[mine["kind"] == "forward"]["start"].max()
+    on = mine[(mine["kind"] == "send") & (mine["peer"] == 2)]
+    assert len(on) == 6 * 2 and (on["end"] <= last).sum() >= 3 * 2
 
 
 def test_pipeline_with_one_block_end_stages_equals_local(cluster, small_graph, gcnii):
