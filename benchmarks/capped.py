@@ -76,6 +76,7 @@ def _single_task(model: Any, data: Any, epochs: int) -> int:
 
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
+    import dask
     import torch
     from distributed import KilledWorker
 
@@ -95,16 +96,19 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     limit = int((cfg["worker_baseline"] + cap) / 0.95)
     estimated = [int(b) for b in gp.estimate_memory(model, data, mode, **layout)["peak_bytes"]]
     began = time.perf_counter()
-    with gp.Cluster(n_workers=workers, memory_limit=limit) as cluster:
+    # the nanny restarts a killed worker however long that takes on a loaded machine (a local
+    # cluster gives up on a slow restart and drops the worker: single's task then waits forever)
+    with (dask.config.set({"distributed.deploy.lost-worker-timeout": "3600s"}),
+          gp.Cluster(n_workers=workers, memory_limit=limit) as cluster):
         try:
             if mode == "single":  # a task on the capped worker
                 peak = cluster.client.submit(_single_task, model, data, cfg["epochs"],
-                                             pure=False).result()
+                                             pure=False).result(timeout=3000)
                 return {**cfg, "cap": cap, "estimated": estimated, "outcome": "trained",
                         "peaks": [peak]}
             run = gp.train(model, data, mode, epochs=cfg["epochs"], cluster=cluster,
                            progress=False, timeout=900.0, eval_every=cfg["epochs"], **layout)
-        except (RankFailure, KilledWorker) as err:  # the run that does not fit: what it says
+        except (RankFailure, KilledWorker, TimeoutError) as err:  # the run that does not fit
             return {**cfg, "cap": cap, "estimated": estimated, "outcome": "failed",
                     "error": f"{type(err).__name__}: {err}", "seconds": time.perf_counter() - began}
     return {**cfg, "cap": cap, "estimated": estimated, "outcome": "trained",
