@@ -1,11 +1,12 @@
 """What the lean layout costs in epoch time (issue #24): the layout ``capped.py`` trains in
-(1F1B, float16 histories, ``recompute``, no snapshot) against gnnpipe's defaults (fill-drain,
-float32), the same stages and chunks, side by side in one run.
+(1F1B, float16 histories, ``recompute``, no snapshot), and the same without ``recompute``,
+against gnnpipe's defaults (fill-drain, float32), the same stages and chunks, side by side in
+one run.
 
 GCNII-32 (hidden 64) on a ``--nodes`` planted-partition graph (average degree 10, 64 features),
 ``pipeline`` 2 x 16 on 2 workers and 4 x 32 on 4 workers, one torch thread per rank, the lean
 allocator everywhere (as in ``capped.py``), no memory limit. Each layout trains in a fresh
-process on a fresh cluster; the pairs alternate (defaults, lean, lean, defaults, ...) over
+process on a fresh cluster; each stage count's layouts run in turn, reversed every other round, over
 ``--rounds`` rounds so that a drift in the machine's load falls on both alike. The median epoch
 of each run leaves out the first (warm-up) epoch; evaluation runs once, after the last.
 
@@ -41,11 +42,10 @@ from capped import LEAN, _case, _environ
 
 #: name -> (workers, gp.train layout)
 LAYOUTS: dict[str, tuple[int, dict[str, Any]]] = {
-    "2 x 16, defaults": (2, {"stages": 2, "chunks": 16}),
-    "2 x 16, lean": (2, {"stages": 2, "chunks": 16, **LEAN}),
-    "4 x 32, defaults": (4, {"stages": 4, "chunks": 32}),
-    "4 x 32, lean": (4, {"stages": 4, "chunks": 32, **LEAN}),
-}
+    f"{s} x {c}, {name}": (s, {"stages": s, "chunks": c, **options})
+    for s, c in ((2, 16), (4, 32))
+    for name, options in (("defaults", {}), ("lean", LEAN),
+                          ("lean without recompute", {**LEAN, "recompute": False}))}
 
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -65,12 +65,12 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _order(rounds: int) -> list[str]:
-    """Each pair in alternating order, round by round (ABBA...)."""
+    """Each stage count's layouts in turn, the order reversed every other round (ABC CBA...)."""
     names = []
     for r in range(rounds):
-        for defaults, lean in (("2 x 16, defaults", "2 x 16, lean"),
-                               ("4 x 32, defaults", "4 x 32, lean")):
-            names += [defaults, lean] if r % 2 == 0 else [lean, defaults]
+        for stages in ("2 x 16", "4 x 32"):
+            group = [name for name in LAYOUTS if name.startswith(stages)]
+            names += group if r % 2 == 0 else group[::-1]
     return names
 
 
@@ -91,12 +91,13 @@ def markdown(rows: list[dict[str, Any]], env: dict[str, Any], nodes: int) -> str
     for name in LAYOUTS:
         if name not in by:
             continue
-        base = statistics.median(by[name.split(",")[0] + ", defaults"])
+        base = statistics.median(by[name.split(",")[0] + ", defaults"])  # the same stages
         med = statistics.median(by[name])
         lines.append(f"| {name} | {', '.join(f'{t:.1f}' for t in by[name])} | {med:.1f} | "
                      f"{med / base:.2f} | {', '.join(f'{p / mib:,.0f}' for p in peaks[name])} |")
     lines += ["", ("Lean: `schedule='1f1b'`, `history_dtype=torch.float16`, `recompute=True`, "
-                   "`techniques={'snapshot': False}`. Per run: the median of its epochs after "
+                   "`techniques={'snapshot': False}`; without recompute: the same with "
+                   "`recompute=False`. Per run: the median of its epochs after "
                    "the first. With 4 ranks on 2 cores two ranks share a core.")]
     return "\n".join(lines) + "\n"
 
