@@ -26,8 +26,8 @@ from gnnpipe.plan.search import Candidate, Search
 from gnnpipe.pyg import as_stack
 from gnnpipe.runtime.cluster import resolve
 
-__all__ = ["DEFAULT_SCHEDULES", "HEADROOM", "LIMITED_PIECES", "MAX_CHUNKS", "SCHEDULE_MARGIN",
-           "memory_costs", "plan"]
+__all__ = ["DEFAULT_SCHEDULES", "HEADROOM", "LIMITED_PIECES", "MAX_CHUNKS", "TIE", "memory_costs",
+           "plan"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,11 +35,13 @@ logger = logging.getLogger(__name__)
 MAX_CHUNKS = 64
 #: The pipeline schedules a plan weighs by default.
 DEFAULT_SCHEDULES = (TrainSchedule.GNNPIPE, TrainSchedule.ONE_F_ONE_B)
-#: How much faster a 1F1B layout must be predicted than the others to be chosen: it trains by
-#: another rule than GNNPipe's (measured within half a point of accuracy), and its
-#: finer-grained waits cost what a simulation of mean op costs does not see, so near-ties go to
-#: GNNPipe's fill-drain.
-SCHEDULE_MARGIN = 0.05
+#: Predicted epochs within this share of the fastest one tie, and a tie goes to the layout whose
+#: largest rank needs the least memory. Measured on the planner's grid (``benchmarks/
+#: plan_choice.py``), fill-drain and 1F1B layouts of the same shape are predicted within 1% of
+#: each other while 1F1B, holding a few chunks' tensors instead of all, measured 1-15% faster in
+#: four of seven pairs (and 1-6% slower in three): the simulation of mean op costs does not see
+#: what a smaller working set saves, and a tie broken by memory takes it.
+TIE = 0.02
 #: Share of ``memory_limit`` a plan keeps free by default: a layout fits when every rank's
 #: estimate is at most ``(1 - headroom) × memory_limit``. Measured, ranks whose chunk tensors are
 #: under 1 MiB hold 1.2-1.6× their estimate (glibc's heap keeps holes between them) unless a Dask
@@ -261,7 +263,8 @@ def _measure_swaps(cluster: Any, search: Search, weighed: list[Candidate],
     if search.profile.swap_wait is not None:
         return search, weighed
     float32_fits = _float32_fits(weighed)
-    chosen = min(weighed, key=lambda c: _order(c, float32_fits, compact))
+    chosen = _choose(sorted(weighed, key=lambda c: _order(c, float32_fits, compact)),
+                     float32_fits, compact)
     best = min((c for c in weighed if c.layout.mode is Mode.GRAPH and c.fits
                 and not _deferred(c, float32_fits, compact)),
                key=lambda c: c.epoch_time, default=None)
@@ -299,9 +302,19 @@ def _network(given: Network, profile: Profile, bandwidth: bool, latency: bool) -
 
 def _order(c: Candidate, float32_fits: bool, compact: bool | None) -> tuple:
     """Fitting first; 16-bit layouts after float32 ones while a float32 one fits (unless
-    ``compact``); then the fastest, a 1F1B layout's epoch counted :data:`SCHEDULE_MARGIN`
-    longer."""
-    return (not c.fits, _deferred(c, float32_fits, compact), c.epoch_time * _margin(c))
+    ``compact``); then the fastest."""
+    return (not c.fits, _deferred(c, float32_fits, compact), c.epoch_time)
+
+
+def _choose(ranked: Sequence[Candidate], float32_fits: bool,
+            compact: bool | None) -> Candidate:
+    """Of ``ranked`` (by :func:`_order`), the first, or the one needing the least memory on its
+    largest rank among those of the same class within :data:`TIE` of its predicted epoch."""
+    first = ranked[0]
+    head = _order(first, float32_fits, compact)[:2]
+    tied = [c for c in ranked if _order(c, float32_fits, compact)[:2] == head
+            and c.epoch_time <= first.epoch_time * (1 + TIE)]
+    return min(tied, key=lambda c: (max(c.peak_bytes), c.epoch_time))
 
 
 def _float32_fits(weighed: Sequence[Candidate]) -> bool:
@@ -314,16 +327,12 @@ def _deferred(c: Candidate, float32_fits: bool, compact: bool | None) -> bool:
     return compact is None and float32_fits and c.layout.compact
 
 
-def _margin(c: Candidate) -> float:
-    """1 for GNNPipe's own schedule, 1 + :data:`SCHEDULE_MARGIN` for 1F1B."""
-    return 1.0 + (SCHEDULE_MARGIN if c.layout.schedule is TrainSchedule.ONE_F_ONE_B else 0.0)
-
-
 def _rank(weighed: list[Candidate], compact: bool | None) -> tuple[Candidate, pd.DataFrame]:
     """The chosen candidate and the table of all, best first, each with why it lost."""
     float32_fits = _float32_fits(weighed)
     ranked = sorted(weighed, key=lambda c: _order(c, float32_fits, compact))
-    chosen = ranked[0]
+    chosen = _choose(ranked, float32_fits, compact)
+    ranked = [chosen, *(c for c in ranked if c is not chosen)]
     rows = []
     for c in ranked:
         lay = c.layout
@@ -351,8 +360,9 @@ def _reason(c: Candidate, chosen: Candidate, float32_fits: bool, compact: bool |
     if _deferred(c, float32_fits, compact):
         return "stores or sends 16-bit values, not needed: a float32 layout fits"
     ratio = c.epoch_time / chosen.epoch_time if chosen.epoch_time > 0 else float("inf")
-    if ratio <= 1.0:  # faster, but 1F1B by less than its margin
-        return (f"1F1B predicted {ratio:.2f}x the chosen one's epoch: not the "
-                f"{SCHEDULE_MARGIN:.0%} faster 1F1B must be to be chosen")
+    if ratio <= 1.0 + TIE and max(c.peak_bytes) >= max(chosen.peak_bytes):
+        return (f"ties: predicted epoch {ratio:.2f}x the chosen one's (within {TIE:.0%}), "
+                f"needs more memory on a rank ({format_bytes(max(c.peak_bytes))} against "
+                f"{format_bytes(max(chosen.peak_bytes))})")
     return f"slower: predicted epoch {ratio:.2f}x the chosen one's"
 
