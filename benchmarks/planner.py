@@ -13,9 +13,10 @@ GCNIIs (hidden 64) on synthetic planted-partition graphs (avg degree 10, 8 class
 ``gp.plan(model, data, workers=2, cluster=cluster, modes=["pipeline"])`` profiles the model on
 both Dask workers at once (one torch thread each, in context: the chunked epoch with one stage
 per block), splits the blocks by dynamic programming and picks the chunk count and schedule
-(fill-drain or 1F1B) by simulation. The uniform split (``stage_ranges``: equal block counts)
-runs with the same chunk count and schedule, so the two differ only in where the stage boundary
-lies. Target: the planned split's measured epoch at most 0.9 × the uniform one's.
+(fill-drain or 1F1B) by simulation. The uniform split (``stage_ranges``, ``gp.train``'s
+default: the GNN layers split evenly) runs with the same chunk count and schedule, so the two
+differ only in where the stage boundary lies. Target: the planned split's measured epoch at
+most 0.9 × the uniform one's.
 
 Both splits train in ``pipeline`` mode on one 2-worker Dask cluster, alternating (uniform,
 planned, planned, uniform, ...) for ``--rounds`` rounds of ``--epochs`` timed epochs after one
@@ -158,7 +159,7 @@ def measure(args: argparse.Namespace, kind: str, log: Any) -> dict[str, Any]:
         plan = gp.plan(model, data, workers=WORKERS, cluster=cluster, modes=["pipeline"])
         plan_s = time.perf_counter() - began
         log(f"plan in {plan_s:.1f}s:\n{plan}")
-        splits = {"uniform": [tuple(r) for r in stage_ranges(len(model), WORKERS)],
+        splits = {"uniform": [tuple(r) for r in stage_ranges(model, WORKERS)],
                   "planned": [tuple(r) for r in plan.ranges]}
         predicted = {}
         for name, ranges in splits.items():
