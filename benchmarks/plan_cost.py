@@ -1,7 +1,7 @@
 """What ``gp.plan`` costs at the sizes users run (issue #25): planning seconds, by phase, against
 epochs of the layout it picks.
 
-GCNII-32 (hidden 64) on planted-partition graphs of ``--nodes`` nodes (average degree 10, 64
+GCNII-32 (hidden 64; ``capped.py``'s model) on planted-partition graphs of ``--nodes`` nodes (average degree 10, 64
 features), 2 workers, one torch thread per rank. Per size, in a fresh process: ``gp.plan`` on a
 cluster already running (``cluster=``, as before a training run on it), then the pick trained
 ``--epochs`` epochs on that cluster (its median epoch after the first), then ``gp.plan`` again
@@ -33,20 +33,9 @@ from _common import (
     serve_child,
     write_results,
 )
+from capped import _case
 
 WORKERS = 2
-
-
-def _case(nodes: int) -> tuple[Any, Any]:
-    import torch
-
-    import gnnpipe as gp
-
-    data = gp.datasets.synthetic(num_nodes=nodes, avg_degree=10, num_classes=8, num_features=64,
-                                 seed=0)
-    torch.manual_seed(0)
-    model = gp.models.gcnii(64, hidden=64, out_dim=8, layers=32, alpha=0.1, theta=0.5)
-    return model, data
 
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:

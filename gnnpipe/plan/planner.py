@@ -3,6 +3,7 @@ job on ``N`` workers, from one profile, under a memory limit."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -38,8 +39,8 @@ DEFAULT_SCHEDULES = (TrainSchedule.GNNPIPE, TrainSchedule.ONE_F_ONE_B)
 #: Predicted epochs within this share of the fastest one tie, and a tie goes to the layout whose
 #: largest rank needs the least memory. Measured on the planner's grid (``benchmarks/
 #: plan_choice.py``), fill-drain and 1F1B layouts of the same shape are predicted within 1% of
-#: each other while 1F1B, holding a few chunks' tensors instead of all, measured 1-15% faster in
-#: four of seven pairs (and 1-6% slower in three): the simulation of mean op costs does not see
+#: each other while 1F1B, holding a few chunks' tensors instead of all, measured 1-14% faster in
+#: five of ten pairs (and 0.3-5% slower in five): the simulation of mean op costs does not see
 #: what a smaller working set saves, and a tie broken by memory takes it.
 TIE = 0.02
 #: Share of ``memory_limit`` a plan keeps free by default: a layout fits when every rank's
@@ -263,8 +264,7 @@ def _measure_swaps(cluster: Any, search: Search, weighed: list[Candidate],
     if search.profile.swap_wait is not None:
         return search, weighed
     float32_fits = _float32_fits(weighed)
-    chosen = _choose(sorted(weighed, key=lambda c: _order(c, float32_fits, compact)),
-                     float32_fits, compact)
+    chosen = _ranked(weighed, compact)[0][0]
     best = min((c for c in weighed if c.layout.mode is Mode.GRAPH and c.fits
                 and not _deferred(c, float32_fits, compact)),
                key=lambda c: c.epoch_time, default=None)
@@ -306,15 +306,19 @@ def _order(c: Candidate, float32_fits: bool, compact: bool | None) -> tuple:
     return (not c.fits, _deferred(c, float32_fits, compact), c.epoch_time)
 
 
-def _choose(ranked: Sequence[Candidate], float32_fits: bool,
-            compact: bool | None) -> Candidate:
-    """Of ``ranked`` (by :func:`_order`), the first, or the one needing the least memory on its
-    largest rank among those of the same class within :data:`TIE` of its predicted epoch."""
+def _ranked(weighed: Sequence[Candidate],
+            compact: bool | None) -> tuple[list[Candidate], list[Candidate]]:
+    """``weighed`` by :func:`_order` with the chosen one first, and the candidates tied with
+    the first by :func:`_order`: of its class (fitting, deferred) and within :data:`TIE` of its
+    predicted epoch. The chosen one is the tied one needing the least memory on its largest
+    rank."""
+    float32_fits = _float32_fits(weighed)
+    ranked = sorted(weighed, key=lambda c: _order(c, float32_fits, compact))
     first = ranked[0]
-    head = _order(first, float32_fits, compact)[:2]
-    tied = [c for c in ranked if _order(c, float32_fits, compact)[:2] == head
-            and c.epoch_time <= first.epoch_time * (1 + TIE)]
-    return min(tied, key=lambda c: (max(c.peak_bytes), c.epoch_time))
+    bound = (*_order(first, float32_fits, compact)[:2], first.epoch_time * (1 + TIE))
+    tied = list(itertools.takewhile(lambda c: _order(c, float32_fits, compact) <= bound, ranked))
+    chosen = min(tied, key=lambda c: (max(c.peak_bytes), c.epoch_time))
+    return [chosen, *(c for c in ranked if c is not chosen)], tied
 
 
 def _float32_fits(weighed: Sequence[Candidate]) -> bool:
@@ -330,9 +334,8 @@ def _deferred(c: Candidate, float32_fits: bool, compact: bool | None) -> bool:
 def _rank(weighed: list[Candidate], compact: bool | None) -> tuple[Candidate, pd.DataFrame]:
     """The chosen candidate and the table of all, best first, each with why it lost."""
     float32_fits = _float32_fits(weighed)
-    ranked = sorted(weighed, key=lambda c: _order(c, float32_fits, compact))
-    chosen = _choose(ranked, float32_fits, compact)
-    ranked = [chosen, *(c for c in ranked if c is not chosen)]
+    ranked, tied = _ranked(weighed, compact)
+    chosen = ranked[0]
     rows = []
     for c in ranked:
         lay = c.layout
@@ -345,11 +348,13 @@ def _rank(weighed: list[Candidate], compact: bool | None) -> tuple[Candidate, pd
             "workers": lay.workers, "epoch_time": c.epoch_time, "peak_bytes": max(c.peak_bytes),
             "rank_peak_bytes": list(c.peak_bytes),
             "comm_bytes": c.comm_bytes, "fits": c.fits, "chosen": c is chosen,
-            "reason": _reason(c, chosen, float32_fits, compact)})
+            "reason": _reason(c, chosen, any(c is t for t in tied), float32_fits,
+                              compact)})
     return chosen, pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
 
 
-def _reason(c: Candidate, chosen: Candidate, float32_fits: bool, compact: bool | None) -> str:
+def _reason(c: Candidate, chosen: Candidate, tied: bool, float32_fits: bool,
+            compact: bool | None) -> str:
     if c is chosen:
         fit = "fits the memory limit" if c.fits else "no layout fits the memory limit"
         return f"chosen: the fastest predicted epoch among the layouts that {fit}" if c.fits \
@@ -360,7 +365,7 @@ def _reason(c: Candidate, chosen: Candidate, float32_fits: bool, compact: bool |
     if _deferred(c, float32_fits, compact):
         return "stores or sends 16-bit values, not needed: a float32 layout fits"
     ratio = c.epoch_time / chosen.epoch_time if chosen.epoch_time > 0 else float("inf")
-    if ratio <= 1.0 + TIE and max(c.peak_bytes) >= max(chosen.peak_bytes):
+    if tied:
         return (f"ties: predicted epoch {ratio:.2f}x the chosen one's (within {TIE:.0%}), "
                 f"needs more memory on a rank ({format_bytes(max(c.peak_bytes))} against "
                 f"{format_bytes(max(chosen.peak_bytes))})")
