@@ -179,8 +179,8 @@ def _add_plan(sub: Any) -> None:
     plan.add_argument("--schedules", type=schedule_list, default=None,
                       help=f"the pipeline schedules to weigh, comma-separated, some of "
                            f"{','.join(SCHEDULES)} (default: both)")
-    plan.add_argument("--repeats", type=positive_int, default=2,
-                      help="profiled epochs at each of two chunk counts (medians)")
+    plan.add_argument("--repeats", type=positive_int, default=1,
+                      help="timed profile epochs, after the warm-up (medians; default: 1)")
     plan.add_argument("--threads", type=positive_int, default=1,
                       help="torch threads of each profiling worker (gnnpipe train's ranks use 1)")
     plan.add_argument("--seed", type=nonneg_int, default=0, help="seeds weights and chunks")

@@ -132,18 +132,20 @@ def swaps_per_epoch(profile: Profile, parts: int) -> int:
 def graph_epoch(profile: Profile, shards: Sequence[Shard], net: Network) -> float:
     """Seconds of a ``graph`` epoch: the slowest rank's compute and halo traffic (its sends at
     ``bandwidth``, a message to each peer per aggregation and direction), what its swaps wait
-    beyond that (the profile's measured ``swap_wait``, where measured), then the all-reduce of
+    beyond that (the profile's measured ``swap_wait``, where measured; a negative one takes off
+    what the profile over-counts, down to no less than the rank's sends), then the all-reduce of
     every weight gradient."""
     blocks = profile.blocks
     swaps = swaps_per_epoch(profile, len(shards))
     peers = len(shards) - 1
     slow = profile.slowdown(len(shards), exact=True)
+    sends = max(net.seconds(s.sent_bytes, swaps * peers) for s in shards)
     slowest = max(slow * sum(c.exact_seconds(s.rows) for c in blocks)
                   + net.seconds(s.sent_bytes, swaps * peers) for s in shards)
     step = slow * sum(c.step_s for c in blocks)
     waits = swaps * (profile.swap_wait or 0.0)
-    return (slowest + step + waits
-            + net.seconds(2 * _param_bytes(blocks) * peers / max(len(shards), 1)))
+    reduce = net.seconds(2 * _param_bytes(blocks) * peers / max(len(shards), 1))
+    return max(slowest + step + waits, sends) + reduce
 
 
 def epoch_of(profile: Profile, layout: Layout, net: Network, *,

@@ -147,7 +147,7 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
          bandwidth: float | str | None = None, *, modes: Any = None, chunks: int | None = None,
          compact: bool | None = None, schedules: Any = None, profile: Profile | None = None,
          cluster: Any = None, latency: float | None = None, seed: int = 0,
-         repeats: int = 2, headroom: float = HEADROOM) -> Plan:
+         repeats: int = 1, headroom: float = HEADROOM) -> Plan:
     """How to run ``model`` on ``data`` with ``workers`` Dask workers: the fastest predicted
     layout that fits ``memory_limit``, among every mode, shape, split, chunk count and memory
     option.
@@ -162,9 +162,10 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
     (``gp.estimate_memory``'s model) and its bytes per epoch (``gp.comm_volume``). Without a
     ``memory_limit`` the layouts that only save memory (``recompute``, and 16-bit ones unless
     ``compact=True``) cannot be chosen and are not weighed. Where a ``graph`` layout contends
-    for the pick and the profile has no ``swap_wait`` yet, that layout runs 3 epochs on the
-    cluster to measure what its lockstep halo swaps wait (:mod:`gnnpipe.plan.calibrate`), and
-    every ``graph`` layout is weighed again with it.
+    for the pick and the profile has no ``swap_wait`` yet, that layout runs 2 epochs on the
+    cluster to measure what its lockstep halo swaps wait (:mod:`gnnpipe.plan.calibrate`; the
+    run's epoch beyond its prediction, or short of it, per swap), and every ``graph`` layout
+    is weighed again with it.
 
     Args:
         model: the stack (or a PyG ``BasicGNN`` / ``Sequential``, as ``gp.train`` takes it).
@@ -193,7 +194,9 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         latency: seconds a message costs besides its bytes. (default: what the profile measured,
             else :data:`~gnnpipe.plan.costs.DEFAULT_LATENCY`)
         seed: seeds chunkings and partitions (as ``gp.train``'s ``seed``).
-        repeats: profiled epochs (medians), after one untimed epoch.
+        repeats: timed profile epochs (medians), after the untimed warm-up (two epochs on a
+            fresh worker). (default: ``1``: each epoch already times every block over every
+            chunk)
         headroom: share of ``memory_limit`` kept free for what the estimate does not see
             (allocator slack; see :data:`HEADROOM`); ``0`` plans up to the limit itself.
             (default: ``0.15``)

@@ -132,7 +132,8 @@ class Profile:
     latency: float = 0.0
     bandwidth: float = 0.0
     #: Seconds each lockstep halo swap of a ``graph`` rank waits beyond its bytes' transfer,
-    #: measured in a short run on the cluster (:mod:`gnnpipe.plan.calibrate`; None: not yet).
+    #: measured in a short run on the cluster (:mod:`gnnpipe.plan.calibrate`; None: not yet;
+    #: below 0 where that run was faster than predicted).
     swap_wait: float | None = None
 
     def slowdown(self, workers: int, exact: bool = False) -> float:
