@@ -180,7 +180,7 @@ def _add_plan(sub: Any) -> None:
                       help=f"the pipeline schedules to weigh, comma-separated, some of "
                            f"{','.join(SCHEDULES)} (default: both)")
     plan.add_argument("--repeats", type=positive_int, default=1,
-                      help="timed profile epochs, after the warm-up (medians; default: 1)")
+                      help="timed profile epochs after the warm-up, their medians taken")
     plan.add_argument("--threads", type=positive_int, default=1,
                       help="torch threads of each profiling worker (gnnpipe train's ranks use 1)")
     plan.add_argument("--seed", type=nonneg_int, default=0, help="seeds weights and chunks")
