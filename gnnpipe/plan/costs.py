@@ -139,13 +139,13 @@ def graph_epoch(profile: Profile, shards: Sequence[Shard], net: Network) -> floa
     swaps = swaps_per_epoch(profile, len(shards))
     peers = len(shards) - 1
     slow = profile.slowdown(len(shards), exact=True)
-    sends = max(net.seconds(s.sent_bytes, swaps * peers) for s in shards)
-    slowest = max(slow * sum(c.exact_seconds(s.rows) for c in blocks)
-                  + net.seconds(s.sent_bytes, swaps * peers) for s in shards)
+    sends = [net.seconds(s.sent_bytes, swaps * peers) for s in shards]
+    slowest = max(slow * sum(c.exact_seconds(s.rows) for c in blocks) + sent
+                  for s, sent in zip(shards, sends))
     step = slow * sum(c.step_s for c in blocks)
     waits = swaps * (profile.swap_wait or 0.0)
     reduce = net.seconds(2 * _param_bytes(blocks) * peers / max(len(shards), 1))
-    return max(slowest + step + waits, sends) + reduce
+    return max(slowest + step + waits, max(sends)) + reduce
 
 
 def epoch_of(profile: Profile, layout: Layout, net: Network, *,
