@@ -16,7 +16,7 @@ from gnnpipe.engine.local import stage_ranges
 from gnnpipe.nn import LayerStack
 from gnnpipe.runtime.workerenv import Allocator
 
-__all__ = ["leaner_options", "memory_advice"]
+__all__ = ["leaner_options", "memory_advice", "not_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +45,13 @@ def leaner_options(job: TrainConfig, model: LayerStack) -> list[tuple[str, dict[
 
 def memory_advice(model: LayerStack, data: Data, job: TrainConfig, rank: int,
                   room: int | None) -> str:
-    """For a rank that died: ``gp.estimate_memory``'s need for it, and each leaner option with
-    its need, marked where it fits in ``room`` (bytes the rank may add to its process; None:
-    unknown). Any option estimated larger than the limit is still named."""
+    """For a rank that died: ``gp.estimate_memory``'s need for it and the most any rank needs,
+    and each leaner option with the most any rank needs with it, marked where it fits in
+    ``room`` (bytes the rank may add to its process; None: unknown). Any option estimated
+    larger than the limit is still named."""
     try:
-        need = int(estimate(model, data, job).loc[rank, "peak_bytes"])
+        table = estimate(model, data, job)
+        need, most = int(table.loc[rank, "peak_bytes"]), int(table["peak_bytes"].max())
         rows = []
         for text, changes in leaner_options(job, model):
             changed = dataclasses.replace(job, **changes)
@@ -61,8 +63,28 @@ def memory_advice(model: LayerStack, data: Data, job: TrainConfig, rank: int,
         return "these need less per rank: " + ", ".join(
             text for text, _ in leaner_options(job, model))
     where = "" if room is None else f" of the {format_bytes(room)} it had"
-    lines = [f"gp.estimate_memory puts rank {rank}'s need at {format_bytes(need)}{where}",
-             "these need less per rank (the most any rank needs): " + ", ".join(rows)]
+    lines = [(f"gp.estimate_memory puts rank {rank}'s need at {format_bytes(need)}{where} "
+              f"(the most any rank needs: {format_bytes(most)})"),
+             "the most any rank needs with one of these: " + ", ".join(rows)]
     if Allocator.chosen() is not Allocator.LEAN:
         lines.append("GNNPIPE_ALLOCATOR=lean makes a rank hold only what it uses")
     return "; ".join(lines)
+
+
+def not_memory(model: LayerStack, data: Data, job: TrainConfig, rank: int, held: int | None,
+               limit: int, room: int | None) -> str | None:
+    """Why memory did not kill a dead rank, most likely (None: it may have): its worker had a
+    Dask memory ``limit`` (bytes; 0: none), its process last ``held`` under half of it, and
+    ``gp.estimate_memory`` puts the rank's need under half the ``room`` it had."""
+    if not limit or held is None or held >= limit / 2:
+        return None
+    try:
+        need = int(estimate(model, data, job).loc[rank, "peak_bytes"])
+    except Exception:  # the advice must never hide the failure it explains
+        logger.exception("estimating memory for the failure message")
+        return None
+    if room is not None and need >= room / 2:
+        return None
+    return (f"gp.estimate_memory puts its need at {format_bytes(need)}: it was far from its "
+            "memory_limit, so something else ended its process (a signal or a crash: the "
+            "worker's log says which)")

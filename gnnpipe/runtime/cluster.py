@@ -12,7 +12,7 @@ from typing import Any
 from distributed import Client, Future, LocalCluster, Nanny, Worker, get_worker, wait
 from distributed.core import PooledRPCCall, Server, Status, rpc
 
-from gnnpipe.runtime.asking import ask
+from gnnpipe.runtime.asking import ask, why_left
 from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import RankNanny, rank_environment, worker_environ
 
@@ -123,13 +123,14 @@ class Cluster:
     def keep_running(self, workers: list[str], timeout: float) -> None:
         """Stop Dask from pausing ``workers`` and resume any it paused, before gnnpipe queues
         tasks on them (see :func:`_never_pause`); each must answer within ``timeout`` s."""
-        ask(self.client, _never_pause, workers, timeout=timeout, what="to run gnnpipe tasks")
+        ask(self.client, _never_pause, workers, timeout=timeout,
+            what="its go-ahead to run gnnpipe tasks")
 
     def gather_pinned(self, futures: list[Future], workers: list[str]) -> list[Any]:
         """The results of ``futures``, each pinned to one of ``workers``; :class:`WorkerLost`
-        (the pending futures cancelled) when one of ``workers`` is gone from the scheduler for
-        :data:`GONE_AFTER_S`: Dask would keep a task pinned to a dead worker's address waiting
-        forever, since its nanny brings the worker back under a new address."""
+        (the pending futures cancelled) when the scheduler removed one of ``workers``, or it has
+        been gone for :data:`GONE_AFTER_S`: Dask would keep a task pinned to a dead worker's
+        address waiting forever, since its nanny brings the worker back under a new address."""
         limits, absence = self.memory_limits(workers), Absence(self, workers)
         pending = list(futures)
         while pending and not any(f.status == "error" for f in futures):
@@ -138,7 +139,8 @@ class Cluster:
             except TimeoutError:
                 pass
             pending = [f for f in futures if not f.done()]
-            lost = [w for w, gone in absence.seconds().items() if gone >= GONE_AFTER_S]
+            lost = [w for w, gone in absence.seconds().items()
+                    if gone >= GONE_AFTER_S or (gone and absence.removed(w))]
             if lost:
                 self.client.cancel(pending)
                 raise WorkerLost(lost[0], limits.get(lost[0], 0))
@@ -333,6 +335,7 @@ class Absence:
     def __init__(self, cluster: Cluster, workers: list[str]) -> None:
         self.cluster, self.workers = cluster, workers
         self._since: dict[str, float] = {}
+        self._why: dict[str, str] = {}
 
     def seconds(self) -> dict[str, float]:
         """Seconds each worker has been absent, asked of the scheduler now (0: present)."""
@@ -343,3 +346,13 @@ class Absence:
             else:
                 self._since.setdefault(w, now)
         return {w: now - self._since.get(w, now) for w in self.workers}
+
+    def removed(self, worker: str) -> str | None:
+        """Why the scheduler removed ``worker`` (see :func:`~gnnpipe.runtime.asking.why_left`),
+        if it is absent and the scheduler says it removed it: gone for good (the scheduler
+        closes a worker it removes), so work pinned to it never runs."""
+        if worker not in self._why and worker in self._since:
+            why = why_left(self.cluster.client, worker)
+            if why is not None:
+                self._why[worker] = why
+        return self._why.get(worker)

@@ -18,7 +18,7 @@ from gnnpipe.core.prediction import Prediction
 from gnnpipe.core.timeline import Timeline
 from gnnpipe.core.units import format_bytes
 from gnnpipe.run import RunResults, events_frame, history_from, memory_from
-from gnnpipe.runtime.advice import memory_advice
+from gnnpipe.runtime.advice import memory_advice, not_memory
 from gnnpipe.runtime.cluster import Cluster
 from gnnpipe.runtime.launch import FailureKind, RankFailure, launch
 from gnnpipe.runtime.spec import JobSpec, RankResult
@@ -251,6 +251,7 @@ class DistributedRun(RunResults):
         if failure.memory_limit:
             parts.append(f"its worker's Dask memory_limit is {format_bytes(failure.memory_limit)} "
                          "(the nanny restarts a worker at 95% of it)")
+        held = None
         if records and "peak_bytes" in records[-1]:
             last = records[-1]
             held = int(last["peak_bytes"]) + int(last["baseline_bytes"])
@@ -260,7 +261,9 @@ class DistributedRun(RunResults):
             baselines = [int(r["baseline_bytes"]) for r in self._live if "baseline_bytes" in r]
         room = (int(0.95 * failure.memory_limit) - max(baselines)
                 if failure.memory_limit and baselines else None)
-        parts.append("if it ran out of memory: " + memory_advice(
+        elsewhere = not_memory(self._model, self.data, self.config, failure.rank, held,
+                               failure.memory_limit, room)
+        parts.append(elsewhere or "if it ran out of memory: " + memory_advice(
             self._model, self.data, self.config, failure.rank, room))
         return RankFailure(failure.rank, "; ".join(parts), failure.kind, failure.memory_limit)
 

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from dask.utils import format_bytes
 from distributed import Future, wait
 from distributed.client import FuturesCancelledError
-from distributed.comm import CommClosedError
 
 from gnnpipe.run import history_from  # noqa: F401 - where the dashboard merges live records
-from gnnpipe.runtime.asking import ask, graph_bytes, result_within, scatter_within
+from gnnpipe.runtime.asking import WorkerLeft, ask, graph_bytes, result_within, scatter_within
 from gnnpipe.runtime.cluster import Absence, Cluster, free_port, local_ranks
 from gnnpipe.runtime.placement import claim, claim_lock, probe, rank_key, rank_prefix
 from gnnpipe.runtime.rank import run_rank
@@ -133,16 +132,15 @@ def _ship(spec: JobSpec, cluster: Cluster, workers: list[str]) -> Future:
     graph = graph_bytes(spec.data)
     try:
         return scatter_within(client, spec, workers, graph, timeout, "the run's model and graph")
-    except CommClosedError as exc:
-        alive = set(cluster.workers())
+    except WorkerLeft as exc:
         said = "; ".join(
             f"{w} held {format_bytes(held.get(w, 0))} of its memory_limit "
             f"{format_bytes(limits[w])}" if limits.get(w) else f"{w} (no memory_limit)"
-            for w in [w for w in workers if w not in alive] or workers)
+            for w in exc.workers)
         raise RuntimeError(
             f"cluster: a worker left while the run's model and graph ({format_bytes(graph)} of "
-            f"tensors) were sent to it: {said} before they arrived (torch, PyG, gnnpipe and Dask "
-            f"loaded). The nanny kills a worker "
+            f"tensors) were sent to it: {said} before they arrived (torch, PyG, gnnpipe and "
+            f"Dask loaded); {exc.why}. The nanny kills a worker "
             f"past 95% of its memory_limit: give the workers a memory_limit above their start "
             f"size, the graph and each rank's need (gp.estimate_memory)") from exc
 
@@ -166,7 +164,7 @@ def _watch(cluster: Cluster, workers: list[str], futures: list[Future],
             if rank_of[f.key] not in failures and f.status in ("error", "cancelled"):
                 failures[rank_of[f.key]] = _failure(rank_of[f.key], f)
         now = time.monotonic()
-        _note_dead(absence.seconds(), workers, failures)
+        _note_dead(absence, workers, failures)
         if not failures:
             continue
         first_failure = first_failure or now
@@ -215,25 +213,26 @@ def _await_dead(absence: Absence, workers: list[str], failures: dict[int, Failur
     """Every rank ended with fallout or a cancelled task: give a dead worker, the cause those
     may echo, until ``deadline`` (monotonic seconds) to be noticed."""
     while True:
-        _note_dead(absence.seconds(), workers, failures)
+        _note_dead(absence, workers, failures)
         if time.monotonic() >= deadline or any(f.kind is FailureKind.DIED
                                                 for f in failures.values()):
             return
         time.sleep(0.25)
 
 
-def _note_dead(absent: dict[str, float], workers: list[str],
-               failures: dict[int, Failure]) -> None:
-    """Mark the ranks whose worker left the scheduler for good (``absent``: seconds each
-    worker has been missing) as dead."""
+def _note_dead(absence: Absence, workers: list[str], failures: dict[int, Failure]) -> None:
+    """Mark the ranks whose worker left the scheduler for good as dead: at once where the
+    scheduler says it removed the worker (and why), else once it has been missing for a while."""
+    absent = absence.seconds()
     for r, w in enumerate(workers):
-        # A loaded worker can miss heartbeats and drop off the scheduler for a while; a dead
-        # one also breaks its peers' connections, so their errors confirm it quickly.
-        gone = absent[w]
-        confirmed = gone >= _DEAD_AFTER_S and any(q != r for q in failures)
-        if (confirmed or gone >= _SURELY_DEAD_AFTER_S) and (
-                r not in failures or failures[r].kind in _ECHOES):
-            failures[r] = Failure(r, FailureKind.DIED, "its worker process died")
+        if not absent[w] or (r in failures and failures[r].kind not in _ECHOES):
+            continue
+        # A missing worker the scheduler has no removal of yet is confirmed by its peers'
+        # broken connections, or by time.
+        why = absence.removed(w)
+        confirmed = absent[w] >= _DEAD_AFTER_S and any(q != r for q in failures)
+        if why is not None or confirmed or absent[w] >= _SURELY_DEAD_AFTER_S:
+            failures[r] = Failure(r, FailureKind.DIED, why or "its worker process died")
 
 
 def _hung(cluster: Cluster, workers: list[str], running: list[int], prefix: str,
