@@ -363,6 +363,26 @@ def test_plan_takes_the_pyg_models_train_takes(small_graph):
         assert [tuple(r) for r in run.config.ranges] == list(planned.ranges)
 
 
+def test_plan_leaves_out_the_modes_train_refuses_the_model(small_graph, caplog):
+    """A GAT that drops out inside its layers cannot run in ``graph`` mode (gp.train refuses
+    it): the planner weighs only the modes gp.train runs it in, and refuses where none is left,
+    before any worker starts."""
+    from torch_geometric.nn.models import GAT
+
+    torch.manual_seed(0)
+    gat = GAT(small_graph.num_features, 16, 2, out_channels=4, heads=2, dropout=0.5)
+    with pytest.raises(ValueError, match=r"modes: gp.train runs the model in none of them: graph "
+                                         r"\(model.convs.0: drops out inside the layer"):
+        gp.plan(gat, small_graph, workers=2, modes=["graph"], cluster="tcp://127.0.0.1:9")
+    profile = profile_model(gat, small_graph, chunks=4, repeats=1)
+    with caplog.at_level("WARNING", logger="gnnpipe.plan.planner"):
+        planned = gp.plan(gat, small_graph, workers=2, profile=profile)
+    assert set(planned.table()["mode"]) == {"single", "pipeline"}
+    assert "plan: mode graph (model.convs.0: drops out inside the layer" in caplog.text
+    gp.train(gat, small_graph, plan=planned, mode="local" if planned.mode == "pipeline" else None,
+             epochs=1, progress=False)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"workers": 0}, "workers: expected a positive integer"),
     ({"memory_limit": "plenty"}, "memory_limit: expected a size"),
@@ -370,6 +390,7 @@ def test_plan_takes_the_pyg_models_train_takes(small_graph):
     ({"chunks": 0}, "chunks: expected a positive integer"),
     ({"chunks": 601}, "chunks: expected at most 600"),
     ({"modes": ["local"]}, "modes: expected some of"),
+    ({"modes": ["hybrid"]}, "modes: hybrid has no layout on 2 worker"),
     ({"schedules": ["gpipe"]}, "schedules: expected one of"),
 ])
 def test_plan_rejects_bad_arguments(model, small_graph, profile, kwargs, match):

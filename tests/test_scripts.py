@@ -139,3 +139,41 @@ def test_unedited_script_is_still_refused_from_its_file(tmp_path):
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1].startswith(
         "RuntimeError: plain.py line 3: check_main_guard starts Dask worker processes")
+
+
+def test_a_script_plans_a_message_passing_layer_of_its_own(tmp_path):
+    """A ``MessagePassing`` class defined in the script travels to the workers by value; PyG
+    generated its ``propagate`` into a module the workers cannot import, which gp.plan's
+    profile (like gp.train) must ship along."""
+    code = textwrap.dedent("""\
+        from torch import nn
+        from torch_geometric.nn import MessagePassing, Sequential
+
+        import gnnpipe as gp
+
+
+        class MeanConv(MessagePassing):
+            def __init__(self, dim_in, dim_out):
+                super().__init__(aggr="mean")
+                self.lin = nn.Linear(dim_in, dim_out)
+
+            def forward(self, x, edge_index):
+                return self.propagate(edge_index, x=x)
+
+            def message(self, x_j):
+                return self.lin(x_j)
+
+
+        if __name__ == "__main__":
+            data = gp.datasets.synthetic(num_nodes=200, avg_degree=4, num_classes=3,
+                                         num_features=8, seed=0)
+            model = Sequential("x, edge_index", [
+                (MeanConv(8, 8), "x, edge_index -> x"), nn.ReLU(),
+                (MeanConv(8, 3), "x, edge_index -> x")])
+            plan = gp.plan(model, data, workers=2, modes=["pipeline"])
+            print("planned:", plan.mode, plan.layout.stages)
+        """)
+    done, marker = _run(tmp_path, "plan.py", code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "planned: pipeline 2" in done.stdout
+    assert _processes_with(marker) == []

@@ -161,6 +161,8 @@ CASES = [
      "plan: it was made for another model"),
     (lambda e: e.train(mode="local", plan=e.plan_for(_model(layers=3))), ValueError,
      "plan: its stage ranges"),
+    (lambda e: e.train(mode="local", data=_graph(80), plan=e.plan_for(e.model)), ValueError,
+     r"plan: it was made for a graph of 60 nodes, got one of 80; plan for this graph"),
     (lambda e: e.train(mode="local", plan={"ranges": [(0, 2)], "chunks": 4}), TypeError,
      "plan: expected a gp.Plan"),
     # cluster arguments
@@ -213,6 +215,7 @@ CASES = [
           ({"bandwidth": "fast"}, ValueError, "bandwidth: expected a size"),
           ({"bandwidth": -1}, ValueError, "bandwidth"),
           ({"latency": NAN}, ValueError, "latency"),
+          ({"modes": ["hybrid"]}, ValueError, "modes: hybrid has no layout on 2 worker"),
           ({"chunks": 0}, ValueError, "chunks: expected a positive integer"),
           ({"modes": ["pipe"]}, ValueError, "modes: expected some of"),
           ({"compact": "yes"}, TypeError, "compact: expected None, True or False"),

@@ -98,8 +98,9 @@ def block_structure(model: LayerStack) -> tuple[tuple[str, bool, int], ...]:
     return tuple((type(b).__name__, bool(b.aggregates), int(b.out_dim)) for b in model.blocks)
 
 
-def check_plan(plan: Any, model: LayerStack) -> None:
-    """``plan`` is a ``gp.Plan`` made for a model with ``model``'s block structure."""
+def check_plan(plan: Any, model: LayerStack, num_nodes: int) -> None:
+    """``plan`` is a ``gp.Plan`` made for a model with ``model``'s block structure, on a graph
+    of ``num_nodes`` nodes (its predictions are that graph's)."""
     if not isinstance(plan, Plan):
         raise TypeError(f"plan: expected a gp.Plan from gp.plan(...), got {type(plan).__name__}")
     ranges = [tuple(r) for r in plan.ranges]
@@ -115,6 +116,10 @@ def check_plan(plan: Any, model: LayerStack) -> None:
                  else f"block {diff} is {planned[diff]} in the plan but {ours[diff]} in the "
                  "model (type, aggregates, width)")
         raise ValueError(f"plan: it was made for another model: {where}")
+    if plan.profile.num_nodes != num_nodes:
+        raise ValueError(f"plan: it was made for a graph of {plan.profile.num_nodes:,} nodes, "
+                         f"got one of {num_nodes:,}; plan for this graph (its layout, memory and "
+                         "epoch were predicted for that one)")
 
 
 # --------------------------------------------------------------------------- gp.train
@@ -137,7 +142,7 @@ def parse_train(model: LayerStack, data: Any, mode: Any, *, plan: Any, stages: A
     for name, value in (("background", background), ("progress", progress)):
         boolean(name, value)
     if plan is not None:
-        check_plan(plan, model)
+        check_plan(plan, model, data.num_nodes)
     tech = Techniques.coerce(techniques) if techniques is not None else default_techniques(model)
     _check_schedule(mode, scalars["schedule"], tech)
     positive_int("parts_per_chunk", parts_per_chunk)

@@ -165,7 +165,8 @@ def _add_plan(sub: Any) -> None:
                       help="share of --memory-limit kept free for what the estimate does not "
                            "see (default: 0.15)")
     plan.add_argument("--bandwidth", type=bandwidth, default=None,
-                      help="bytes/s between workers, e.g. 1GB/s (default: 1GB/s)")
+                      help="bytes/s between workers, e.g. 1GB/s (default: measured between "
+                           "two workers while profiling, else 1GB/s)")
     plan.add_argument("--modes", type=mode_list, default=None,
                       help=f"the modes to weigh, comma-separated, some of "
                            f"{','.join(PLANNED_MODES)} (default: all)")

@@ -24,7 +24,7 @@ from gnnpipe.plan.layout import PLANNED_MODES, Layout, layouts
 from gnnpipe.plan.profile import Profile, check_inputs, profile_counts, profile_on_workers
 from gnnpipe.plan.result import Plan
 from gnnpipe.plan.search import Candidate, Search
-from gnnpipe.pyg import as_stack
+from gnnpipe.pyg import for_training
 from gnnpipe.runtime.cluster import resolve
 
 __all__ = ["DEFAULT_SCHEDULES", "HEADROOM", "LIMITED_PIECES", "MAX_CHUNKS", "TIE", "memory_costs",
@@ -62,7 +62,7 @@ def memory_costs(model: LayerStack, data: Data, workers: int, chunks: int | None
     the model of ``gp.estimate_memory``), for a ``workers``-stage pipeline of ``chunks`` chunks
     (default ``4 × workers``). A split fits ``memory_limit`` when each stage's blocks' sum plus
     the second number does."""
-    model = as_stack(model, data)
+    model = for_training(model, Mode.SINGLE.value, data)
     data = check_inputs(model, data)
     memory = MemoryModel(model, data, seed)
     layout = Layout(Mode.PIPELINE, stages=workers, chunks=chunks or 4 * workers)
@@ -90,6 +90,25 @@ def _schedules(schedules: Any) -> tuple[TrainSchedule, ...]:
     if not values:
         raise ValueError("schedules: expected at least one of ('gnnpipe', '1f1b'), got none")
     return tuple(TrainSchedule.parse("schedules", v) for v in values)
+
+
+def _runnable(model: Any, data: Data, modes: tuple[Mode, ...]) -> tuple[Mode, ...]:
+    """Those of ``modes`` ``gp.train`` runs ``model`` in (its checks, before any worker starts:
+    a layer's own dropout in ``graph``, a message flow in ``hybrid``), the others left out with
+    a warning; ``ValueError`` with the reasons where none is left."""
+    kept, refused = [], []
+    for mode in modes:
+        try:
+            for_training(model, mode.value, data)
+        except ValueError as exc:
+            refused.append(f"{mode.value} ({exc})")
+        else:
+            kept.append(mode)
+    if not kept:
+        raise ValueError("modes: gp.train runs the model in none of them: " + "; ".join(refused))
+    for reason in refused:
+        logger.warning("plan: mode %s is left out", reason)
+    return tuple(kept)
 
 
 def _check(model: LayerStack, data: Data, workers: Any, chunks: Any, latency: Any, seed: Any,
@@ -205,15 +224,19 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         The :class:`~gnnpipe.plan.result.Plan`; ``plan.table()`` ranks every candidate and
         says why each lost; ``gp.train(model, data, plan=plan)`` runs it.
     """
-    model = as_stack(model, data)
+    wanted = _runnable(model, data, _modes(modes))
+    model = for_training(model, Mode.SINGLE.value, data)
     data = check_inputs(model, data)
     top = _check(model, data, workers, chunks, latency, seed, repeats, profile, compact)
     limit = None if memory_limit is None else parse_bytes(memory_limit, "memory_limit")
     budget = _budget(limit, headroom)
     given = Network(parse_bandwidth(bandwidth), DEFAULT_LATENCY if latency is None else latency)
-    candidates = [c for c in layouts(workers, len(model), _modes(modes), compact,
-                                      _schedules(schedules))
+    candidates = [c for c in layouts(workers, len(model), wanted, compact, _schedules(schedules))
                   if limit is not None or compact or not (c.recompute or c.compact)]
+    if not candidates:
+        raise ValueError(f"modes: {', '.join(m.value for m in wanted)} has no layout on {workers} "
+                         "worker(s) (pipeline and graph need 2 or more, hybrid 4); give more "
+                         "workers or other modes")
     slices = min(workers, len(model))
     high = max(profile.chunk_counts) if profile else profile_counts(4 * slices,
                                                                    data.num_nodes)[1]
