@@ -172,6 +172,7 @@ class Search:
             return self.limit is None or prefix[b] - prefix[a] + shared <= self.limit
 
         tried = []
+        even = tuple(stage_ranges(self.model, layout.stages))
         for chunks in self.counts(layout):
             trial = dataclasses.replace(layout, chunks=chunks)
             try:
@@ -179,8 +180,10 @@ class Search:
                                       layout.stages, self.limit, stage_memory=shared)
             except ValueError:  # no split fits by the per-block bound: the least one may
                 ranges = least_split(own, layout.stages)
-            trial = dataclasses.replace(trial, ranges=tuple(ranges))
-            tried.append((self._timeline(trial).makespan(), trial))
+            # the even split too: the per-block bound may refuse it where its estimate fits
+            for split in dict.fromkeys([tuple(ranges), even]):
+                trial = dataclasses.replace(trial, ranges=split)
+                tried.append((self._timeline(trial).makespan(), trial))
         tried.sort(key=lambda t: (t[0], t[1].chunks))
         refined = sorted((self._refine(trial, seconds, fits) for seconds, trial in tried[:3]),
                          key=lambda t: (t[0], t[1].chunks))
