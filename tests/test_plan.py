@@ -386,7 +386,7 @@ def test_plan_leaves_out_the_modes_train_refuses_the_model(small_graph, caplog):
 @pytest.mark.parametrize("kwargs, match", [
     ({"workers": 0}, "workers: expected a positive integer"),
     ({"memory_limit": "plenty"}, "memory_limit: expected a size"),
-    ({"bandwidth": "fast"}, "bandwidth: expected a size"),
+    ({"bandwidth": "fast"}, "bandwidth: expected bytes per second such as '1GB/s'"),
     ({"chunks": 0}, "chunks: expected a positive integer"),
     ({"chunks": 601}, "chunks: expected at most 600"),
     ({"modes": ["local"]}, "modes: expected some of"),

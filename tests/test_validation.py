@@ -212,7 +212,7 @@ CASES = [
           ({"workers": "2"}, TypeError, "workers"),
           ({"memory_limit": "lots"}, ValueError, "memory_limit: expected a size"),
           ({"memory_limit": NAN}, ValueError, "memory_limit"),
-          ({"bandwidth": "fast"}, ValueError, "bandwidth: expected a size"),
+          ({"bandwidth": "fast"}, ValueError, "bandwidth: expected bytes per second such as '1GB/s'"),
           ({"bandwidth": -1}, ValueError, "bandwidth"),
           ({"latency": NAN}, ValueError, "latency"),
           ({"modes": ["hybrid"]}, ValueError, "modes: hybrid has no layout on 2 worker"),

@@ -45,5 +45,9 @@ def parse_bandwidth(value: float | str | None) -> float:
     if value is None:
         return DEFAULT_BANDWIDTH
     if isinstance(value, str):
-        value = value.strip().removesuffix("/s")
+        try:
+            return float(parse_bytes(value.strip().removesuffix("/s"), "bandwidth"))
+        except ValueError:
+            raise ValueError(f"bandwidth: expected bytes per second such as '1GB/s', '125MB/s' "
+                             f"or 1e9, got {value!r}") from None
     return float(parse_bytes(value, "bandwidth"))
