@@ -309,7 +309,7 @@ def test_a_plan_keeps_headroom_under_a_memory_limit(model, small_graph, profile,
     least = int(re.search(r"can need is .*? \(([\d,]+) bytes\)", str(refused.value))
                 .group(1).replace(",", ""))
     limit = int(least / 0.95)
-    with pytest.raises(ValueError, match=r"too small for every layout on 2 workers \(with "
+    with pytest.raises(ValueError, match=r"too small for every layout on 2 worker\(s\) \(with "
                                          r"headroom=0.15: .* of it may be planned\)"):
         gp.plan(model, small_graph, 2, memory_limit=limit, **piped)
     exact = gp.plan(model, small_graph, 2, memory_limit=limit, headroom=0, **piped)
@@ -333,7 +333,7 @@ def test_an_impossible_memory_limit_is_refused_before_any_profiling(model, small
     """The memory model decides first: nothing is profiled (this cluster address does not
     even exist) for a limit no layout meets, and the error names the least any rank needs."""
     with pytest.raises(ValueError, match=r"memory_limit: .* too small for every layout on 2 "
-                                         r"workers \(with headroom=0.15: 850 kB of it may be "
+                                         r"worker\(s\) \(with headroom=0.15: 850 kB of it may be "
                                          r"planned\); the least any rank can need is"):
         gp.plan(model, small_graph, 2, memory_limit="1MB", cluster="tcp://127.0.0.1:9")
 

@@ -144,7 +144,7 @@ def _refuse(search: Search, candidates: list[Layout], limit: int, headroom: floa
         kept = (f" (with headroom={headroom:g}: {format_bytes(search.limit)} of it may be "
                 f"planned)" if headroom else "")
         raise ValueError(f"memory_limit: {format_bytes(limit)} ({limit:,} bytes) is too small for "
-                         f"every layout on {_workers(candidates)} workers{kept}; the least any "
+                         f"every layout on {_workers(candidates)} worker(s){kept}; the least any "
                          f"rank can need is {format_bytes(least)} ({least:,} bytes), with "
                          f"{layout.describe()}")
 

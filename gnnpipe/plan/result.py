@@ -213,7 +213,8 @@ class Plan:
         limit = "none" if self.memory_limit is None else format_bytes(self.memory_limit)
         if self.memory_limit is not None and self.headroom:
             limit += f", {self.headroom:.0%} kept free"
-        head = (f"Plan: {self.layout.describe()} on {self.workers} workers, predicted epoch "
+        workers = f"{self.workers} worker{'s' if self.workers != 1 else ''}"
+        head = (f"Plan: {self.layout.describe()} on {workers}, predicted epoch "
                 f"{self.epoch_time:.4g} s, peak {format_bytes(max(self.peak_bytes))} per rank, "
                 f"{format_bytes(self.comm_bytes)} sent per epoch (memory limit {limit})")
         return head + "\n" + self.stages_table().to_string(float_format=lambda v: f"{v:.4g}")
