@@ -25,8 +25,8 @@ from gnnpipe.core.techniques import Techniques
 from gnnpipe.engine.message_passing import check_exact_in_graph_mode, check_module
 from gnnpipe.nn import Block, LayerStack
 
-__all__ = ["Part", "PartKind", "PyGBlock", "Step", "as_stack", "default_techniques", "for_training",
-           "from_pyg"]
+__all__ = ["Part", "PartKind", "PyGBlock", "Step", "as_stack", "check_mode", "default_techniques",
+           "for_training", "from_pyg"]
 
 
 
@@ -332,21 +332,28 @@ def for_training(model: Any, mode: str, data: Any = None) -> Any:
     if not isinstance(stack, LayerStack):
         return stack
     _ship_generated_code(stack)
-    if mode in ("graph", "hybrid"):
-        from torch_geometric.nn import MessagePassing
-
-        named = model if isinstance(model, nn.Module) else stack
-        for name, module in named.named_modules():
-            if not isinstance(module, MessagePassing):
-                continue
-            where = f"model.{name}" if name else "model"
-            if mode == "graph":
-                check_exact_in_graph_mode(module, where)
-            elif module.flow != "source_to_target":
-                raise ValueError(f"{where}: mode 'hybrid' shares the rows messages flow from; "
-                                 f"{type(module).__name__} has flow={module.flow!r}, expected "
-                                 f"'source_to_target' (or use 'pipeline')")
+    check_mode(model if isinstance(model, nn.Module) else stack, mode)
     return stack
+
+
+def check_mode(model: nn.Module, mode: str) -> None:
+    """Refuse the message-passing layers of ``model`` (the user's, for their names) that
+    ``mode`` cannot run: ``graph`` a layer's own dropout, ``hybrid`` a flow other than
+    source-to-target."""
+    if mode not in ("graph", "hybrid"):
+        return
+    from torch_geometric.nn import MessagePassing
+
+    for name, module in model.named_modules():
+        if not isinstance(module, MessagePassing):
+            continue
+        where = f"model.{name}" if name else "model"
+        if mode == "graph":
+            check_exact_in_graph_mode(module, where)
+        elif module.flow != "source_to_target":
+            raise ValueError(f"{where}: mode 'hybrid' shares the rows messages flow from; "
+                             f"{type(module).__name__} has flow={module.flow!r}, expected "
+                             f"'source_to_target' (or use 'pipeline')")
 
 
 def default_techniques(stack: LayerStack) -> Techniques:

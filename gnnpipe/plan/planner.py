@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
+from torch import nn
 from torch_geometric.data import Data
 
 from gnnpipe.analysis.memory import MemoryModel
@@ -24,7 +25,7 @@ from gnnpipe.plan.layout import PLANNED_MODES, Layout, layouts
 from gnnpipe.plan.profile import Profile, check_inputs, profile_counts, profile_on_workers
 from gnnpipe.plan.result import Plan
 from gnnpipe.plan.search import Candidate, Search
-from gnnpipe.pyg import for_training
+from gnnpipe.pyg import check_mode, for_training
 from gnnpipe.runtime.cluster import resolve
 
 __all__ = ["DEFAULT_SCHEDULES", "HEADROOM", "LIMITED_PIECES", "MAX_CHUNKS", "TIE", "memory_costs",
@@ -92,14 +93,16 @@ def _schedules(schedules: Any) -> tuple[TrainSchedule, ...]:
     return tuple(TrainSchedule.parse("schedules", v) for v in values)
 
 
-def _runnable(model: Any, data: Data, modes: tuple[Mode, ...]) -> tuple[Mode, ...]:
-    """Those of ``modes`` ``gp.train`` runs ``model`` in (its checks, before any worker starts:
-    a layer's own dropout in ``graph``, a message flow in ``hybrid``), the others left out with
-    a warning; ``ValueError`` with the reasons where none is left."""
+def _runnable(model: Any, stack: Any, modes: tuple[Mode, ...]) -> tuple[Mode, ...]:
+    """Those of ``modes`` ``gp.train`` runs ``model`` (converted: ``stack``) in (its checks,
+    before any worker starts: a layer's own dropout in ``graph``, a message flow in
+    ``hybrid``), the others left out with a warning; ``ValueError`` with the reasons where none
+    is left."""
+    named = model if isinstance(model, nn.Module) else stack
     kept, refused = [], []
     for mode in modes:
         try:
-            for_training(model, mode.value, data)
+            check_mode(named, mode.value)
         except ValueError as exc:
             refused.append(f"{mode.value} ({exc})")
         else:
@@ -224,8 +227,9 @@ def plan(model: LayerStack, data: Data, workers: int, memory_limit: float | str 
         The :class:`~gnnpipe.plan.result.Plan`; ``plan.table()`` ranks every candidate and
         says why each lost; ``gp.train(model, data, plan=plan)`` runs it.
     """
-    wanted = _runnable(model, data, _modes(modes))
-    model = for_training(model, Mode.SINGLE.value, data)
+    stack = for_training(model, Mode.SINGLE.value, data)
+    wanted = _runnable(model, stack, _modes(modes))
+    model = stack
     data = check_inputs(model, data)
     top = _check(model, data, workers, chunks, latency, seed, repeats, profile, compact)
     limit = None if memory_limit is None else parse_bytes(memory_limit, "memory_limit")

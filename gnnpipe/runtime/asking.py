@@ -22,7 +22,7 @@ from distributed import Client, Future
 from torch import Tensor
 
 __all__ = ["ANSWER_S", "PING_S", "WorkerLeft", "WorkerSilent", "ask", "graph_bytes", "left",
-           "result_within", "scatter_within", "silent", "why_left"]
+           "present", "result_within", "scatter_within", "silent", "why_left"]
 
 #: What a call past its bound raises (asyncio's is the built-in one from Python 3.11 only).
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)
@@ -70,13 +70,21 @@ class WorkerLeft(RuntimeError):
         self.workers, self.what, self.why = workers, what, why
 
 
-def left(client: Client, workers: list[str]) -> list[str]:
-    """Those of ``workers`` the scheduler no longer lists (asked of the scheduler itself: the
-    client's cached ``scheduler_info()`` may be stale)."""
+def present(client: Client) -> list[str]:
+    """Addresses of the workers the scheduler lists now, sorted.
+
+    Asked of the scheduler itself: ``Client.scheduler_info()`` returns the client's cached
+    identity, which its periodic refresh (``distributed.client.scheduler-info-interval``)
+    overwrites with one listing no workers, so it could read 0 workers on a full cluster."""
     if client.scheduler is None:
-        raise RuntimeError("cluster: its client is closed")
-    present = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
-    return [w for w in workers if w not in present]
+        raise RuntimeError("Cluster: its client is closed")
+    return sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+
+
+def left(client: Client, workers: list[str]) -> list[str]:
+    """Those of ``workers`` the scheduler no longer lists."""
+    listed = set(present(client))
+    return [w for w in workers if w not in listed]
 
 
 def why_left(client: Client, worker: str) -> str | None:

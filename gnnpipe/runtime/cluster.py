@@ -12,7 +12,7 @@ from typing import Any
 from distributed import Client, Future, LocalCluster, Nanny, Worker, get_worker, wait
 from distributed.core import PooledRPCCall, Server, Status, rpc
 
-from gnnpipe.runtime.asking import ask, why_left
+from gnnpipe.runtime.asking import ask, present, why_left
 from gnnpipe.runtime.scripts import check_main_guard
 from gnnpipe.runtime.workerenv import RankNanny, rank_environment, worker_environ
 
@@ -112,13 +112,9 @@ class Cluster:
 
     def workers(self) -> list[str]:
         """Addresses of the workers now connected, sorted (a run takes those free of other
-        gnnpipe runs, idle ones first, in this order).
-
-        Asked of the scheduler itself: ``Client.scheduler_info()`` returns the client's cached
-        identity, which its periodic refresh (``distributed.client.scheduler-info-interval``)
-        overwrites with one listing no workers, so it could read 0 workers on a full cluster."""
-        info = self.client.sync(self._scheduler().identity, n_workers=-1)
-        return sorted(info["workers"])
+        gnnpipe runs, idle ones first, in this order; see
+        :func:`~gnnpipe.runtime.asking.present`)."""
+        return present(self.client)
 
     def keep_running(self, workers: list[str], timeout: float) -> None:
         """Stop Dask from pausing ``workers`` and resume any it paused, before gnnpipe queues
