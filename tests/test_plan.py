@@ -429,6 +429,22 @@ def test_train_runs_a_plan_of_each_mode(cluster, model, small_graph, profile, mo
         assert run.history["comm_bytes"].iloc[-1] == planned.comm_bytes
 
 
+def test_a_plans_memory_limit_reaches_the_ranks(cluster, model, small_graph, profile):
+    """A plan made under a memory_limit reaches the ranks gp.train starts for it: each trims
+    its heap past 80% of the limit above what it held once the graph arrived (every rank trims
+    under a 1-byte limit); under a plan without a limit no rank trims."""
+    planned = gp.plan(model, small_graph, workers=2, profile=profile, modes=["pipeline"],
+                      schedules=["gnnpipe"])
+    assert planned.memory_limit is None
+    free = gp.train(copy.deepcopy(model), small_graph, plan=planned, epochs=2, cluster=cluster,
+                    progress=False)
+    assert free.launch.memory_limit is None and (free.memory()["heap_trims"] == 0).all()
+    capped = dataclasses.replace(planned, memory_limit=1)
+    run = gp.train(copy.deepcopy(model), small_graph, plan=capped, epochs=2, progress=False)
+    assert run.launch.memory_limit == 1 == run.prediction.memory_limit
+    assert len(run.memory()) == 2 and (run.memory()["heap_trims"] >= 1).all()
+
+
 def test_train_refuses_arguments_a_plan_sets_otherwise(model, small_graph, profile):
     planned = gp.plan(model, small_graph, workers=2, profile=profile, modes=["graph"])
     with pytest.raises(ValueError, match="mode: the plan is for mode 'graph'"):

@@ -114,7 +114,9 @@ def train(model: LayerStack, data: Data, mode: Mode | str | None = None, *, epoc
             stages and their ranges, chunks, ways, parts, ``recompute``, ``history_dtype``,
             ``wire_dtype`` and ``schedule``, which are then not given (or given as the plan has
             them). ``run.prediction`` holds what the plan predicted, and ``run.summary()`` puts
-            it beside what was measured.
+            it beside what was measured. The distributed ranks of a plan made under a
+            ``memory_limit`` trim their heap past 80% of it above what they held when the graph
+            arrived, so that freed tensors do not keep them over it.
         eval_every: exact full-graph evaluation after every ``eval_every``-th epoch and the last
             one; the other epochs' metric columns are NaN (``best`` picks among evaluated epochs).
         device: ``"cpu"`` or ``"cuda"``: one-process modes train on this process's GPU (the
@@ -160,7 +162,8 @@ def train(model: LayerStack, data: Data, mode: Mode | str | None = None, *, epoc
         timeout=timeout, **layout,
         eval_every=eval_every, device=device)
     if job.mode.distributed:
-        handle = start_distributed(model, data, job, cluster, recovery)
+        limit = None if prediction is None else prediction.memory_limit
+        handle = start_distributed(model, data, job, cluster, recovery, memory_limit=limit)
         handle.prediction = prediction
         return handle if background else follow(handle, progress)
     run = _train_here(model, data, job, recovery, progress)

@@ -14,7 +14,7 @@ from distributed.core import PooledRPCCall, Server, Status, rpc
 
 from gnnpipe.runtime.asking import ask, present, why_left
 from gnnpipe.runtime.scripts import check_main_guard
-from gnnpipe.runtime.workerenv import RankNanny, rank_environment, worker_environ
+from gnnpipe.runtime.workerenv import Allocator, RankNanny, rank_environment, worker_environ
 
 __all__ = ["PRELOAD", "Absence", "Cluster", "WorkerLost", "check_cluster", "check_gpus", "free_port", "gpu_ids", "local_ranks",
            "resolve"]
@@ -70,16 +70,21 @@ class Cluster:
             it with ``dask scheduler`` and one ``dask worker ADDRESS --nthreads 1`` per rank and host.
         host: interface a new local cluster binds to (localhost by default).
         client: use this existing ``distributed.Client``.
+        allocator: how the ranks of a new local cluster allocate CPU memory, an
+            :class:`~gnnpipe.runtime.workerenv.Allocator` name: ``"lean"`` (a rank holds what it
+            uses, at some speed), ``"huge"`` or ``"glibc"`` (default: ``GNNPIPE_ALLOCATOR``, or
+            ``"lean"`` for workers given a ``memory_limit`` and ``"huge"`` for others).
         **kwargs: arguments of ``distributed.LocalCluster`` and its workers (a new local cluster
             only); its workers import :data:`PRELOAD` as they start, and any ``preload`` given.
     """
 
     def __init__(self, n_workers: int = 2, threads_per_worker: int = 1, address: str | None = None,
-                 host: str = "127.0.0.1", client: Client | None = None, **kwargs: Any) -> None:
+                 host: str = "127.0.0.1", client: Client | None = None,
+                 allocator: Allocator | str | None = None, **kwargs: Any) -> None:
         self.threads_per_worker = threads_per_worker
         self.size: int | None = None  # workers a local cluster keeps (its nannies restart them)
         self._local: LocalCluster | None = None
-        self._capped = False  # a local cluster's workers given a Dask memory_limit
+        self._allocator: Allocator | None = None  # a local cluster's workers'
         if client is not None:
             self.client = client
         elif address is not None:
@@ -95,12 +100,12 @@ class Cluster:
             given = kwargs.pop("preload", None) or []
             kwargs["preload"] = [*PRELOAD, *([given] if isinstance(given, str) else given)]
             # full-speed torch in every rank; ranks hold what they use under a memory_limit
-            self._capped = kwargs.get("memory_limit") not in (None, 0, "0", "auto")
-            with rank_environment(threads_per_worker, self._capped):
+            self._allocator = _allocator(allocator, kwargs.get("memory_limit"))
+            with rank_environment(threads_per_worker, self._allocator):
                 self._local = LocalCluster(
                     n_workers=n_workers, threads_per_worker=1, processes=True, host=host,
                     worker_class=RankNanny, dashboard_address=f"{host}:0", **kwargs,
-                    rank_environ=worker_environ(threads_per_worker, self._capped))
+                    rank_environ=worker_environ(threads_per_worker, self._allocator))
             self.client = Client(self._local)
             self.size = n_workers
 
@@ -198,7 +203,7 @@ class Cluster:
                             found)
                 logged = True
             if self._local is not None:
-                with rank_environment(self.threads_per_worker, self._capped):
+                with rank_environment(self.threads_per_worker, self._allocator):
                     self._local.scale(self.size)
             try:
                 self.client.wait_for_workers(n, timeout=min(left, 10.0))
@@ -220,6 +225,18 @@ class Cluster:
     def __repr__(self) -> str:
         kind = "local" if self._local is not None else "remote"
         return f"Cluster({kind}, scheduler={self._scheduler().address}, workers={len(self.workers())})"
+
+
+def _allocator(given: Allocator | str | None, memory_limit: Any) -> Allocator:
+    """``Cluster``'s ``allocator`` argument as an :class:`Allocator` (:meth:`Allocator.chosen`
+    when None: ``lean`` for workers given a Dask ``memory_limit``)."""
+    if given is None:
+        return Allocator.chosen(capped=memory_limit not in (None, 0, "0", "auto"))
+    try:
+        return Allocator(given)
+    except ValueError:
+        raise ValueError(f"allocator: expected one of {[a.value for a in Allocator]}, "
+                         f"got {given!r}") from None
 
 
 #: Seconds to reach a scheduler given by address: the TCP probe, then the Client's handshake.

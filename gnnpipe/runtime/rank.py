@@ -147,8 +147,9 @@ def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) ->
     make_program = PROGRAMS[spec.job.mode]
     torch.set_num_threads(attempt.threads)
     device = _rank_device(spec, local_rank)
-    ceiling = heap_ceiling()  # in a worker with a memory_limit
-    meter = MemoryMeter(device, ceiling).begin()
+    meter = MemoryMeter(device).begin()
+    # under a worker's Dask memory_limit or a plan's
+    meter.ceiling = ceiling = heap_ceiling(spec.launch.memory_limit, meter.baseline)
     model, data = _rank_copies(spec, device)
     _join_group(spec, rank, attempt.init_method, device)
     try:

@@ -54,6 +54,18 @@ def test_dask_defaults_are_named_then_gnnpipe_workers_are_clean(caplog, small_gr
         assert check_workers(cluster.client, cluster.workers(), threads=2, timeout=60) == {}
 
 
+def test_a_cluster_starts_its_ranks_with_the_allocator_asked_for(monkeypatch) -> None:
+    """``gp.Cluster(allocator=...)`` wins over ``GNNPIPE_ALLOCATOR``; a bad name is refused,
+    naming the argument, before any worker starts."""
+    monkeypatch.setenv("GNNPIPE_ALLOCATOR", "glibc")
+    with pytest.raises(ValueError, match=r"allocator: expected one of \['glibc', 'huge', "
+                                         r"'lean'\], got 'jemalloc'"):
+        gp.Cluster(n_workers=1, allocator="jemalloc")
+    with gp.Cluster(n_workers=1, allocator="lean") as cluster:
+        (worker,) = cluster.client.run(inspect_worker).values()
+    assert worker["allocator"] == "lean"
+
+
 def _exit_worker() -> None:
     import os
 
@@ -190,7 +202,8 @@ def test_ranks_allocator_is_chosen_by_gnnpipe_allocator(monkeypatch) -> None:
     assert (_worker_config(1).get(spawn + "THP_MEM_ALLOC_ENABLE") == "1") == thp
     assert spawn + "MALLOC_MMAP_THRESHOLD_" not in _worker_config(1)
     # workers given a Dask memory_limit hold only what they use (what a plan fitted to it counts)
-    assert _worker_config(1, capped=True)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
+    assert (_worker_config(1, Allocator.chosen(capped=True))[spawn + "MALLOC_MMAP_THRESHOLD_"]
+            == "1048576")
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "lean")
     assert _worker_config(1)[spawn + "MALLOC_MMAP_THRESHOLD_"] == "1048576"
     monkeypatch.setenv("GNNPIPE_ALLOCATOR", "glibc")
