@@ -139,7 +139,8 @@ def train(model: LayerStack, data: Data, mode: Mode | str | None = None, *, epoc
             (``local`` <-> ``pipeline``, or the same layout) and otherwise start from zeros like
             epoch 0 (a logged warning), so the run is then no longer identical to an
             uninterrupted one.
-        restarts: distributed modes: when a worker dies or a rank raises, restart every rank
+        restarts: distributed modes: when a worker dies (also before its rank has started)
+            or a rank raises, restart every rank
             from the newest checkpoint (from epoch 0 if none is written yet) up to ``restarts``
             times, then fail naming the rank and cause; needs ``checkpoint``. ``run.events`` and
             the history's ``restarts`` column show each restart.

@@ -59,14 +59,16 @@ class WorkerSilent(TimeoutError):
 
 class WorkerLeft(RuntimeError):
     """``workers`` left the cluster while asked for ``what``; ``why``: the scheduler's reason
-    for the first one (see :func:`why_left`)."""
+    for the first one (see :func:`why_left`); ``message``: the error's text (default: those
+    three, and that the nanny brings a worker back)."""
 
-    def __init__(self, workers: list[str], what: str, why: str) -> None:
+    def __init__(self, workers: list[str], what: str, why: str,
+                 message: str | None = None) -> None:
         names = ", ".join(workers)
-        super().__init__(
+        super().__init__(message or (
             f"cluster: worker{'s' if len(workers) > 1 else ''} {names} left the cluster when "
             f"asked for {what}: {why} (a worker's nanny brings it back under a new address; "
-            "run again)")
+            "run again)"))
         self.workers, self.what, self.why = workers, what, why
 
 

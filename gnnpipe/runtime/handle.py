@@ -19,6 +19,7 @@ from gnnpipe.core.timeline import Timeline
 from gnnpipe.core.units import format_bytes
 from gnnpipe.run import RunResults, events_frame, history_from, memory_from
 from gnnpipe.runtime.advice import memory_advice, not_memory
+from gnnpipe.runtime.asking import WorkerLeft
 from gnnpipe.runtime.cluster import Cluster
 from gnnpipe.runtime.launch import FailureKind, RankFailure, launch
 from gnnpipe.runtime.spec import JobSpec, RankResult
@@ -223,17 +224,19 @@ class DistributedRun(RunResults):
                 self._finished.set()
 
     def _attempts(self) -> list[RankResult]:
-        """Launch the ranks; after a failure, while restarts are left, launch them again from
-        the newest checkpoint (the resumed one, or epoch 0, if none was written since)."""
+        """Launch the ranks; after a failure (a rank's, or a worker that left before the ranks
+        started), while restarts are left, launch them again from the newest checkpoint (the
+        resumed one, or epoch 0, if none was written since)."""
         manifest, number = self._recovery.resume, 0
         self._begin(0, manifest)
         while True:
             try:
                 return launch(self.spec, self.cluster, number,
                               manifest.folder if manifest is not None else None)
-            except RankFailure as failure:
-                stopped = self._stop.is_set()
-                if number >= self._recovery.restarts or stopped:
+            except (RankFailure, WorkerLeft) as failure:
+                if number >= self._recovery.restarts or self._stop.is_set():
+                    if isinstance(failure, WorkerLeft):
+                        raise
                     raise self._explained(failure) from failure
                 root = self._recovery.root
                 manifest = (ckpt.latest(root) if root else None) or self._recovery.resume
@@ -268,15 +271,22 @@ class DistributedRun(RunResults):
         return RankFailure(failure.rank, "; ".join(parts), failure.kind, failure.memory_limit)
 
     def _begin(self, number: int, manifest: ckpt.Manifest | None,
-               failure: RankFailure | None = None) -> None:
-        """Attempt ``number`` starts at ``manifest``'s epoch with its records as the history."""
+               failure: RankFailure | WorkerLeft | None = None) -> None:
+        """Attempt ``number`` starts at ``manifest``'s epoch with its records as the history
+        (after ``failure``: a restart event naming its rank, none for a worker that left before
+        the ranks started)."""
         epoch = manifest.epoch if manifest is not None else 0
         with self._lock:
             self._attempt, self._live, self._live_ops = number, [], []
             self._prior = list(manifest.records) if manifest is not None else []
-            if failure is not None:
+            if isinstance(failure, RankFailure):
                 self._event_rows.append({"epoch": epoch, "event": "restart", "attempt": number,
                                          "rank": failure.rank, "cause": failure.cause})
+            elif failure is not None:
+                self._event_rows.append({
+                    "epoch": epoch, "event": "restart", "attempt": number, "rank": None,
+                    "cause": f"{', '.join(failure.workers)} left before the ranks started: "
+                             f"{failure.why}"})
         if failure is not None:
             logger.warning("%s; restart %d of %d from epoch %d", failure, number,
                            self._recovery.restarts, epoch)

@@ -137,12 +137,12 @@ def _ship(spec: JobSpec, cluster: Cluster, workers: list[str]) -> Future:
             f"{w} held {format_bytes(held.get(w, 0))} of its memory_limit "
             f"{format_bytes(limits[w])}" if limits.get(w) else f"{w} (no memory_limit)"
             for w in exc.workers)
-        raise RuntimeError(
+        raise WorkerLeft(exc.workers, exc.what, exc.why, message=(
             f"cluster: a worker left while the run's model and graph ({format_bytes(graph)} of "
             f"tensors) were sent to it: {said} before they arrived (torch, PyG, gnnpipe and "
             f"Dask loaded); {exc.why}. The nanny kills a worker "
             f"past 95% of its memory_limit: give the workers a memory_limit above their start "
-            f"size, the graph and each rank's need (gp.estimate_memory)") from exc
+            f"size, the graph and each rank's need (gp.estimate_memory)")) from exc
 
 
 def _watch(cluster: Cluster, workers: list[str], futures: list[Future],

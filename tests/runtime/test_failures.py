@@ -19,6 +19,7 @@ from distributed import Future
 from failing_blocks import fail_at, kill_worker
 
 import gnnpipe as gp
+from gnnpipe.runtime.asking import WorkerLeft
 from gnnpipe.runtime.launch import RankFailure
 from gnnpipe.runtime.placement import rank_key
 
@@ -179,6 +180,39 @@ def test_a_worker_killed_as_the_ranks_start_fails_the_run_at_once_naming_it(
     again = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
                      cluster=cluster, progress=False)
     assert len(again.history) == 2
+
+
+def test_under_restarts_a_worker_killed_before_its_rank_is_a_restart(
+        cluster, small_graph, monkeypatch, tmp_path):
+    """With ``restarts=1`` a worker killed before the ranks start (as the launcher sends the
+    graph) restarts the run, as a dead rank does: it trains, and its events name the worker;
+    the second kill, past its restarts, fails the run with WorkerLeft."""
+    from gnnpipe.runtime import launch as launcher
+
+    real, killed, kills = launcher._ship, [], [1]  # kills[0]: the attempts still to kill
+
+    def ship(spec, on, workers):
+        if kills[0]:
+            kills[0] -= 1
+            killed.append(workers[1])
+            os.kill(on.client.run(os.getpid, workers=[workers[1]])[workers[1]], signal.SIGKILL)
+        return real(spec, on, workers)
+
+    monkeypatch.setattr(launcher, "_ship", ship)
+    run = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
+                   cluster=cluster, checkpoint=tmp_path / "a", restarts=1, timeout=120,
+                   progress=False)
+    assert len(run.history) == 2 and len(killed) == 1
+    (event,) = run.events.to_dict("records")
+    assert event["event"] == "restart" and event["epoch"] == 0
+    assert event["cause"] == f"{killed[0]} left before the ranks started: its worker process died"
+    kills[0] = 2
+    with pytest.raises(WorkerLeft, match="left the cluster when asked for its resident memory"):
+        gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
+                 cluster=cluster, checkpoint=tmp_path / "b", restarts=1, timeout=120,
+                 progress=False)
+    assert len(killed) == 3
+    assert len(cluster.ready(4)) == 4
 
 
 def test_a_worker_killed_for_memory_names_its_limit_and_what_needs_less():
