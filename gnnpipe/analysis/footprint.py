@@ -147,14 +147,30 @@ def footprint(model: LayerStack, data: Data, start: int, stop: int, *, chunked: 
     A chunked stage is measured on one chunk of every row, and, where its blocks pass messages
     (PyG layers run on a chunk's rows *and* its sources in other chunks), again on the first of
     two halves: the difference, per source row outside the chunk, is ``per_source``. ``adj``:
-    the probe graph's normalised adjacency for the model's norm, if already built."""
+    the probe graph's normalised adjacency for the model's norm, if already built.
+
+    It runs on one torch thread (restored afterwards): a probe's ops are small, and on a host
+    whose cores are busy threads mostly wait on each other (planning a GCNII-32 on Cora beside
+    two busy processes on 2 cores: its memory check took 27 s on 2 threads, 6 s on one)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _measured(model, data, start, stop, chunked,
+                         (techniques or Techniques(), recompute, history_dtype), adj)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _measured(model: LayerStack, data: Data, start: int, stop: int, chunked: bool,
+              options: tuple[Techniques, bool, torch.dtype], adj: Adjacency | None) -> Footprint:
+    """:func:`footprint`'s measurement, with ``options`` (techniques, recompute, history
+    dtype)."""
     work = copy.deepcopy(model).train()
     n = data.num_nodes
     inputs = _inputs(work, data, start)
     target = (data.y, data.train_mask, n) if stop == len(work) else None
     if adj is None:
         adj = normalized_adjacency(data.edge_index, n, work.norm)
-    options = (techniques or Techniques(), recompute, history_dtype)
     buffers = cache = 0.0
     per_source = (0.0, 0.0)
     if chunked:
