@@ -55,8 +55,9 @@ FILLED = 0.9
 def _run(plan: Any, index: int, model: Any, data: Any, limit: int) -> dict[str, Any]:
     """Train row ``index`` of the plan's table for 2 epochs on fresh workers of Dask
     ``memory_limit`` ``limit`` (0: none): its largest peak and start size, trims and second
-    epoch."""
+    epoch. The plan's own ``memory_limit`` is left out: its ranks would trim under it too."""
     import copy
+    import dataclasses
 
     import gnnpipe as gp
 
@@ -64,7 +65,7 @@ def _run(plan: Any, index: int, model: Any, data: Any, limit: int) -> dict[str, 
         run = gp.train(
             copy.deepcopy(model),
             data,
-            plan=plan.candidate(index),
+            plan=dataclasses.replace(plan.candidate(index), memory_limit=None),
             epochs=2,
             eval_every=12,
             cluster=cluster,

@@ -28,13 +28,18 @@ EVENT_COLUMNS = ("epoch", "event", "attempt", "rank", "cause")
 #: ``run.memory()``: per rank, the most resident memory its run added to its process
 #: (``peak_bytes``), the resident size it started from (``baseline_bytes``) and torch's peak on a
 #: CUDA device (``device_peak_bytes``, 0 on the CPU); :mod:`gnnpipe.engine.memory` says how.
-#: ``heap_trims``: how often a rank near its Dask ``memory_limit`` handed freed heap back to the
-#: OS (:class:`~gnnpipe.engine.memory.HeapCeiling`; each costs time, 0 far from a limit).
+#: ``heap_trims``: how often a rank near its Dask ``memory_limit`` or its plan's handed freed heap
+#: back to the OS (:class:`~gnnpipe.engine.memory.HeapCeiling`; each costs time, 0 far from a
+#: limit).
 MEMORY_COLUMNS = ("rank", "peak_bytes", "baseline_bytes", "device_peak_bytes", "heap_trims")
 
 
 def events_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+    """``rows`` as a frame of :data:`EVENT_COLUMNS`; ``rank`` is an integer column whose
+    missing values (a resume, a worker lost before its rank started) are ``<NA>``."""
+    frame = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+    frame["rank"] = frame["rank"].astype("Int64")
+    return frame
 
 
 def history_from(records: list[dict[str, Any]], restarts: bool = False) -> pd.DataFrame:
@@ -142,7 +147,7 @@ class RunResults:
     def save(self, folder: str | Path) -> Path:
         """Write ``history.csv``, ``trace.json``, ``timeline.json``, ``comm.csv``, ``events.csv``,
         ``memory.csv`` (:meth:`memory`), ``config.json`` (the job, :meth:`TrainConfig.to_dict`,
-        with the launch's run id and predicted bytes, and ``status: failed`` and the ``error`` of
+        with the launch's run id, predicted bytes and plan memory limit, and ``status: failed`` and the ``error`` of
         a failed run) and, for a run trained from a plan, ``prediction.json``
         (:attr:`prediction`) into ``folder``."""
         folder = Path(folder)

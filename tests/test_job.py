@@ -67,6 +67,8 @@ def test_a_config_saved_before_the_version_reads_with_the_legacy_chunking():
     assert job.mode is Mode.PIPELINE and job.parts_per_chunk == LEGACY_PARTS_PER_CHUNK
     assert job.ranges == ((0, 2), (2, 5)) and not job.techniques.snapshot and job.world == 2
     assert Launch.from_dict(old) == Launch("gnnpipe-1", 99)
+    launch = Launch("gnnpipe-2", 7, plan_memory_limit=80_000_000)
+    assert Launch.from_dict({**old, **json.loads(json.dumps(launch.to_dict()))}) == launch
 
 
 def test_a_checkpoint_manifest_holds_the_same_record(small_graph, tmp_path):

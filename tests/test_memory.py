@@ -4,6 +4,8 @@ the caller's process and in a rank (gnnpipe.engine.memory)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import types
 
 import pandas as pd
 import pytest
@@ -86,6 +88,38 @@ def test_a_meter_records_its_ceilings_trims(monkeypatch):
         assert memory.release_freed_memory() is False
     finally:
         memory._malloc_trim.cache_clear()
+
+
+def test_a_ranks_heap_ceiling_is_the_lower_of_its_plans_and_its_workers(monkeypatch):
+    """80% of a plan's limit above the rank's baseline, 80% of its worker's Dask limit, the
+    lower of the two; none with neither."""
+    import distributed
+
+    from gnnpipe.runtime.workerenv import heap_ceiling
+
+    assert heap_ceiling() is None  # not in a Dask worker, no plan
+    assert heap_ceiling(1000 * MiB, 500 * MiB).ceiling == 1300 * MiB
+    assert heap_ceiling(1, 0).ceiling == 1  # a ceiling is never 0 bytes
+    worker = types.SimpleNamespace(memory_manager=types.SimpleNamespace(memory_limit=1000 * MiB))
+    monkeypatch.setattr(distributed, "get_worker", lambda: worker)
+    assert heap_ceiling().ceiling == 800 * MiB
+    assert heap_ceiling(100 * MiB, 500 * MiB).ceiling == 580 * MiB
+    assert heap_ceiling(1000 * MiB, 500 * MiB).ceiling == 800 * MiB
+
+
+def test_memory_advice_names_the_lean_allocator_only_where_ranks_lack_it(small_graph):
+    from gnnpipe.runtime.advice import memory_advice
+    from gnnpipe.runtime.workerenv import Allocator
+
+    model = gp.models.gcn(small_graph.num_features, hidden=16, out_dim=4, layers=4)
+    job = gp.train(model, small_graph, "local", stages=2, chunks=4, epochs=1,
+                   progress=False).config
+    job = dataclasses.replace(job, mode=gp.Mode.PIPELINE)
+    huge = memory_advice(model, small_graph, job, 1, None, Allocator.HUGE)
+    assert huge.startswith("gp.estimate_memory puts rank 1's need at ")
+    assert huge.endswith("; gp.Cluster(allocator='lean') or GNNPIPE_ALLOCATOR=lean makes a rank "
+                         "hold only what it uses")
+    assert "allocator" not in memory_advice(model, small_graph, job, 1, None, Allocator.LEAN)
 
 
 def test_one_process_runs_do_not_count_the_callers_memory(small_graph):

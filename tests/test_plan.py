@@ -438,10 +438,10 @@ def test_a_plans_memory_limit_reaches_the_ranks(cluster, model, small_graph, pro
     assert planned.memory_limit is None
     free = gp.train(copy.deepcopy(model), small_graph, plan=planned, epochs=2, cluster=cluster,
                     progress=False)
-    assert free.launch.memory_limit is None and (free.memory()["heap_trims"] == 0).all()
+    assert free.launch.plan_memory_limit is None and (free.memory()["heap_trims"] == 0).all()
     capped = dataclasses.replace(planned, memory_limit=1)
     run = gp.train(copy.deepcopy(model), small_graph, plan=capped, epochs=2, progress=False)
-    assert run.launch.memory_limit == 1 == run.prediction.memory_limit
+    assert run.launch.plan_memory_limit == 1 == run.prediction.memory_limit
     assert len(run.memory()) == 2 and (run.memory()["heap_trims"] >= 1).all()
 
 

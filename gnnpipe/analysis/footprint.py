@@ -151,7 +151,7 @@ def footprint(model: LayerStack, data: Data, start: int, stop: int, *, chunked: 
 
     It runs on one torch thread (restored afterwards): a probe's ops are small, and on a host
     whose cores are busy threads mostly wait on each other (planning a GCNII-32 on Cora beside
-    two busy processes on 2 cores: its memory check took 27 s on 2 threads, 6 s on one)."""
+    two busy processes on 2 cores: its memory check took 27.1 s on 2 threads, 7.7 s on one)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -139,10 +139,11 @@ def train(model: LayerStack, data: Data, mode: Mode | str | None = None, *, epoc
             (``local`` <-> ``pipeline``, or the same layout) and otherwise start from zeros like
             epoch 0 (a logged warning), so the run is then no longer identical to an
             uninterrupted one.
-        restarts: distributed modes: when a worker dies (also before its rank has started)
-            or a rank raises, restart every rank
-            from the newest checkpoint (from epoch 0 if none is written yet) up to ``restarts``
-            times, then fail naming the rank and cause; needs ``checkpoint``. ``run.events`` and
+        restarts: distributed modes: when a worker dies (also as the launcher asks it for its
+            memory or sends it the graph, before its rank starts) or a rank raises, restart
+            every rank from the newest checkpoint (from epoch 0 if none is written yet) up to
+            ``restarts`` times, then fail naming the rank and cause (``WorkerLeft`` naming the
+            worker, for one that died before its rank); needs ``checkpoint``. ``run.events`` and
             the history's ``restarts`` column show each restart.
 
     Raises:
@@ -164,7 +165,8 @@ def train(model: LayerStack, data: Data, mode: Mode | str | None = None, *, epoc
         eval_every=eval_every, device=device)
     if job.mode.distributed:
         limit = None if prediction is None else prediction.memory_limit
-        handle = start_distributed(model, data, job, cluster, recovery, memory_limit=limit)
+        handle = start_distributed(model, data, job, cluster, recovery,
+                                   plan_memory_limit=limit)
         handle.prediction = prediction
         return handle if background else follow(handle, progress)
     run = _train_here(model, data, job, recovery, progress)

@@ -128,13 +128,14 @@ class TrainConfig:
 class Launch:
     """What starting a distributed job adds to its :class:`TrainConfig`: the run's id (its Dask
     topic, which a dashboard on another client follows), the bytes per epoch
-    ``gp.comm_volume`` predicts for it and ``memory_limit``, the bytes each rank may add to what
-    its worker holds once the graph has arrived: the ``memory_limit`` of the plan it trains
-    (None: none), under which its ranks trim their heap."""
+    ``gp.comm_volume`` predicts for it and ``plan_memory_limit``, the bytes each rank may add to
+    what its worker holds once the graph has arrived: the ``memory_limit`` of the plan it trains
+    (None: none; not the workers' Dask ``memory_limit``), under which its ranks trim their
+    heap."""
 
     run_id: str
     predicted_comm_bytes: int
-    memory_limit: int | None = None
+    plan_memory_limit: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,6 +145,6 @@ class Launch:
         """The launch fields of a saved ``config.json``, or None for a one-process run."""
         if raw.get("run_id") is None:
             return None
-        limit = raw.get("memory_limit")
+        limit = raw.get("plan_memory_limit")
         return cls(str(raw["run_id"]), int(raw.get("predicted_comm_bytes") or 0),
                    None if limit is None else int(limit))

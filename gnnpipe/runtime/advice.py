@@ -44,11 +44,12 @@ def leaner_options(job: TrainConfig, model: LayerStack) -> list[tuple[str, dict[
 
 
 def memory_advice(model: LayerStack, data: Data, job: TrainConfig, rank: int,
-                  room: int | None) -> str:
+                  room: int | None, allocator: Allocator | None = None) -> str:
     """For a rank that died: ``gp.estimate_memory``'s need for it and the most any rank needs,
     and each leaner option with the most any rank needs with it, marked where it fits in
     ``room`` (bytes the rank may add to its process; None: unknown). Any option estimated
-    larger than the limit is still named."""
+    larger than the limit is still named; and the ``lean`` allocator, unless the ranks'
+    ``allocator`` (None: unknown, taken as ``GNNPIPE_ALLOCATOR`` says) is already it."""
     try:
         table = estimate(model, data, job)
         need, most = int(table.loc[rank, "peak_bytes"]), int(table["peak_bytes"].max())
@@ -66,8 +67,9 @@ def memory_advice(model: LayerStack, data: Data, job: TrainConfig, rank: int,
     lines = [(f"gp.estimate_memory puts rank {rank}'s need at {format_bytes(need)}{where} "
               f"(the most any rank needs: {format_bytes(most)})"),
              "the most any rank needs with one of these: " + ", ".join(rows)]
-    if Allocator.chosen() is not Allocator.LEAN:
-        lines.append("GNNPIPE_ALLOCATOR=lean makes a rank hold only what it uses")
+    if (allocator or Allocator.chosen()) is not Allocator.LEAN:
+        lines.append("gp.Cluster(allocator='lean') or GNNPIPE_ALLOCATOR=lean makes a rank hold "
+                     "only what it uses")
     return "; ".join(lines)
 
 

@@ -85,6 +85,9 @@ class Cluster:
         self.size: int | None = None  # workers a local cluster keeps (its nannies restart them)
         self._local: LocalCluster | None = None
         self._allocator: Allocator | None = None  # a local cluster's workers'
+        if allocator is not None and (client is not None or address is not None):
+            raise ValueError(f"allocator: expected no allocator for a cluster gnnpipe does not "
+                             f"start (address= or client=), got {allocator!r}")
         if client is not None:
             self.client = client
         elif address is not None:
@@ -108,6 +111,12 @@ class Cluster:
                     rank_environ=worker_environ(threads_per_worker, self._allocator))
             self.client = Client(self._local)
             self.size = n_workers
+
+    @property
+    def allocator(self) -> Allocator | None:
+        """The :class:`~gnnpipe.runtime.workerenv.Allocator` of the workers this cluster
+        started (None: one it connected to, whose workers it did not start)."""
+        return self._allocator
 
     def _scheduler(self) -> rpc | PooledRPCCall:
         """The client's handle on the scheduler (which a closed client no longer has)."""

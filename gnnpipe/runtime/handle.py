@@ -66,8 +66,9 @@ class DistributedRun(RunResults):
     """A run on Dask workers; with ``background=True`` it returns before training ends.
 
     ``history`` grows live from the ranks' per-epoch events; ``wait()`` blocks until the end and
-    raises :class:`~gnnpipe.runtime.launch.RankFailure` if a rank failed (after ``restarts``
-    restarts); ``stop()`` makes all ranks stop together at the next epoch boundary. Its
+    raises :class:`~gnnpipe.runtime.launch.RankFailure` if a rank failed, or
+    :class:`~gnnpipe.runtime.asking.WorkerLeft` if a worker died before its rank started (after
+    ``restarts`` restarts); ``stop()`` makes all ranks stop together at the next epoch boundary. Its
     summaries (:class:`~gnnpipe.run.RunResults`) are those of the epochs so far while it trains.
     """
 
@@ -267,14 +268,14 @@ class DistributedRun(RunResults):
         elsewhere = not_memory(self._model, self.data, self.config, failure.rank, held,
                                failure.memory_limit, room)
         parts.append(elsewhere or "if it ran out of memory: " + memory_advice(
-            self._model, self.data, self.config, failure.rank, room))
+            self._model, self.data, self.config, failure.rank, room, self.cluster.allocator))
         return RankFailure(failure.rank, "; ".join(parts), failure.kind, failure.memory_limit)
 
     def _begin(self, number: int, manifest: ckpt.Manifest | None,
                failure: RankFailure | WorkerLeft | None = None) -> None:
         """Attempt ``number`` starts at ``manifest``'s epoch with its records as the history
-        (after ``failure``: a restart event naming its rank, none for a worker that left before
-        the ranks started)."""
+        (after ``failure``: a restart event naming its rank, or, for a worker that left before
+        the ranks started, the worker, with no rank)."""
         epoch = manifest.epoch if manifest is not None else 0
         with self._lock:
             self._attempt, self._live, self._live_ops = number, [], []

@@ -149,7 +149,7 @@ def run_rank(spec: JobSpec, rank: int, attempt: Attempt, local_rank: int = 0) ->
     device = _rank_device(spec, local_rank)
     meter = MemoryMeter(device).begin()
     # under a worker's Dask memory_limit or a plan's
-    meter.ceiling = ceiling = heap_ceiling(spec.launch.memory_limit, meter.baseline)
+    meter.ceiling = ceiling = heap_ceiling(spec.launch.plan_memory_limit, meter.baseline)
     model, data = _rank_copies(spec, device)
     _join_group(spec, rank, attempt.init_method, device)
     try:

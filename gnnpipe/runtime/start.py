@@ -25,9 +25,9 @@ __all__ = ["start_distributed"]
 
 
 def start_distributed(model: LayerStack, data: Data, job: TrainConfig, cluster: Any,
-                      recovery: ckpt.Recovery, memory_limit: int | None = None) -> DistributedRun:
+                      recovery: ckpt.Recovery, plan_memory_limit: int | None = None) -> DistributedRun:
     """Start ``job`` on ``cluster`` (see ``gp.train``) and return its handle at once.
-    ``memory_limit``: the bytes each rank may add once the graph has arrived (a plan's): its
+    ``plan_memory_limit``: the bytes each rank may add once the graph has arrived (a plan's): its
     ranks trim their heap under it (:func:`~gnnpipe.runtime.workerenv.heap_ceiling`)."""
     if cluster is None:  # a local cluster will be started: refuse an unguarded script first
         check_main_guard()
@@ -36,7 +36,7 @@ def start_distributed(model: LayerStack, data: Data, job: TrainConfig, cluster: 
     else:
         parts = chunk(data, job.chunks, seed=job.seed, parts_per_chunk=job.parts_per_chunk)
     launch = Launch(run_id=new_topic(), predicted_comm_bytes=_predicted(model, data, job, parts),
-                    memory_limit=memory_limit)
+                    plan_memory_limit=plan_memory_limit)
     spec = JobSpec(job=job, launch=launch, model=model, data=parts.apply(data),
                    bounds=parts.bounds.tolist(), node_order=ckpt.node_order(parts))
     handle, owned = resolve(cluster, job.world)

@@ -109,7 +109,8 @@ class Allocator(str, Enum):
 #: The share of its Dask ``memory_limit`` above which a rank trims its heap after each chunk op
 #: (Dask's own pause threshold; the nanny kills a worker past 95%, and at 90% a 1F1B rank's
 #: ops outgrew the 5% between: ``benchmarks/heap_ceiling.py``). A lower
-#: ``distributed.worker.memory.terminate`` lowers it by as much.
+#: ``distributed.worker.memory.terminate`` lowers it by as much. The same share of a plan's
+#: ``memory_limit``, above what the rank held when the graph arrived, where it trains one.
 HEAP_CEILING = 0.8
 _TERMINATE = 0.95  # Dask's default distributed.worker.memory.terminate
 
@@ -123,7 +124,7 @@ def heap_ceiling(limit: int | None = None, baseline: int = 0) -> HeapCeiling | N
     None with neither. Measured on a plan under 400 MB (GCNII-16, 50,000 nodes, pipeline 2 × 8,
     ``huge`` allocator): ranks peaked at 481 and 391 MiB, and at 367 and 342 MiB trimming past
     80% of it (``lean``: 256 and 243 MiB at twice the epoch time)."""
-    ceilings = [baseline + int(HEAP_CEILING * limit)] if limit else []
+    ceilings = [max(baseline + int(HEAP_CEILING * limit), 1)] if limit else []
     try:
         from distributed import get_worker
 

@@ -22,6 +22,7 @@ import gnnpipe as gp
 from gnnpipe.runtime.asking import WorkerLeft
 from gnnpipe.runtime.launch import RankFailure
 from gnnpipe.runtime.placement import rank_key
+from gnnpipe.runtime.workerenv import Allocator
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
@@ -182,12 +183,19 @@ def test_a_worker_killed_as_the_ranks_start_fails_the_run_at_once_naming_it(
     assert len(again.history) == 2
 
 
+@pytest.mark.parametrize(("memory_limit", "says"), [
+    (None, "left the cluster when asked for its resident memory"),
+    (0, "a worker left while the run's model and graph"),
+], ids=["asked-its-memory", "sent-the-graph"])
 def test_under_restarts_a_worker_killed_before_its_rank_is_a_restart(
-        cluster, small_graph, monkeypatch, tmp_path):
-    """With ``restarts=1`` a worker killed before the ranks start (as the launcher sends the
-    graph) restarts the run, as a dead rank does: it trains, and its events name the worker;
-    the second kill, past its restarts, fails the run with WorkerLeft."""
+        cluster, small_graph, monkeypatch, tmp_path, memory_limit, says):
+    """With ``restarts=1`` a worker killed before the ranks start (as the launcher asks it for
+    its memory, or, with no memory_limit, sends it the graph) restarts the run, as a dead rank
+    does: it trains, and its events name the worker; the second kill, past its restarts, fails
+    the run with WorkerLeft."""
     from gnnpipe.runtime import launch as launcher
+
+    on = cluster if memory_limit is None else gp.Cluster(n_workers=2, memory_limit=memory_limit)
 
     real, killed, kills = launcher._ship, [], [1]  # kills[0]: the attempts still to kill
 
@@ -199,20 +207,21 @@ def test_under_restarts_a_worker_killed_before_its_rank_is_a_restart(
         return real(spec, on, workers)
 
     monkeypatch.setattr(launcher, "_ship", ship)
-    run = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
-                   cluster=cluster, checkpoint=tmp_path / "a", restarts=1, timeout=120,
-                   progress=False)
-    assert len(run.history) == 2 and len(killed) == 1
-    (event,) = run.events.to_dict("records")
-    assert event["event"] == "restart" and event["epoch"] == 0
-    assert event["cause"] == f"{killed[0]} left before the ranks started: its worker process died"
-    kills[0] = 2
-    with pytest.raises(WorkerLeft, match="left the cluster when asked for its resident memory"):
-        gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
-                 cluster=cluster, checkpoint=tmp_path / "b", restarts=1, timeout=120,
-                 progress=False)
-    assert len(killed) == 3
-    assert len(cluster.ready(4)) == 4
+    with on:
+        run = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4,
+                       epochs=2, cluster=on, checkpoint=tmp_path / "a", restarts=1,
+                       timeout=120, progress=False)
+        assert len(run.history) == 2 and len(killed) == 1
+        (event,) = run.events.to_dict("records")
+        assert event["event"] == "restart" and event["epoch"] == 0
+        assert event["cause"].startswith(f"{killed[0]} left before the ranks started: ")
+        kills[0] = 2
+        with pytest.raises(WorkerLeft, match=says):
+            gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4, epochs=2,
+                     cluster=on, checkpoint=tmp_path / "b", restarts=1, timeout=120,
+                     progress=False)
+        assert len(killed) == 3
+        assert len(on.ready(on.size or 4)) == (on.size or 4)
 
 
 def test_a_worker_killed_for_memory_names_its_limit_and_what_needs_less():
@@ -234,7 +243,8 @@ def test_a_worker_killed_for_memory_names_its_limit_and_what_needs_less():
                    "chunks=16", "stages=3"):
         assert re.search(re.escape(option) + r" \([\d.]+ [MG]B(, fits|, does not fit)?\)",
                          message), message
-    assert message.endswith("GNNPIPE_ALLOCATOR=lean makes a rank hold only what it uses")
+    # a memory_limit's workers hold only what they use already: no advice to make them
+    assert capped.allocator is Allocator.LEAN and "allocator='lean'" not in message
 
 
 def test_a_worker_killed_receiving_the_graph_names_its_limit_and_what_it_held():

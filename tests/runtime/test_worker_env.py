@@ -61,6 +61,9 @@ def test_a_cluster_starts_its_ranks_with_the_allocator_asked_for(monkeypatch) ->
     with pytest.raises(ValueError, match=r"allocator: expected one of \['glibc', 'huge', "
                                          r"'lean'\], got 'jemalloc'"):
         gp.Cluster(n_workers=1, allocator="jemalloc")
+    with pytest.raises(ValueError, match="allocator: expected no allocator for a cluster gnnpipe "
+                                         "does not start"):
+        gp.Cluster(address="tcp://127.0.0.1:1", allocator="lean")
     with gp.Cluster(n_workers=1, allocator="lean") as cluster:
         (worker,) = cluster.client.run(inspect_worker).values()
     assert worker["allocator"] == "lean"
