@@ -195,7 +195,9 @@ def test_under_restarts_a_worker_killed_before_its_rank_is_a_restart(
     the run with WorkerLeft."""
     from gnnpipe.runtime import launch as launcher
 
-    on = cluster if memory_limit is None else gp.Cluster(n_workers=2, memory_limit=memory_limit)
+    stack = contextlib.ExitStack()  # closes only a cluster of its own: the shared one stays
+    on = cluster if memory_limit is None else stack.enter_context(
+        gp.Cluster(n_workers=2, memory_limit=memory_limit))
 
     real, killed, kills = launcher._ship, [], [1]  # kills[0]: the attempts still to kill
 
@@ -207,7 +209,7 @@ def test_under_restarts_a_worker_killed_before_its_rank_is_a_restart(
         return real(spec, on, workers)
 
     monkeypatch.setattr(launcher, "_ship", ship)
-    with on:
+    with stack:
         run = gp.train(_model(small_graph), small_graph, "pipeline", stages=2, chunks=4,
                        epochs=2, cluster=on, checkpoint=tmp_path / "a", restarts=1,
                        timeout=120, progress=False)
