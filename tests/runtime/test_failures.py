@@ -61,7 +61,8 @@ def test_a_rank_that_raises_fails_the_run_naming_it(cluster, small_graph):
 
 def test_killing_a_worker_fails_fast_and_the_cluster_recovers(cluster, small_graph):
     run = _running(cluster, small_graph)
-    victim = cluster.workers()[1]
+    key = rank_key(run.launch.run_id, 1)  # rank 1's worker: not always the second one listed
+    victim = next(w for w, keys in cluster.client.processing().items() if key in keys)
     pid = cluster.client.run(os.getpid, workers=[victim])[victim]
     killed = time.monotonic()
     # LocalCluster gives up on a worker away longer than this (as a slow restart on a loaded
