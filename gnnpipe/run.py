@@ -147,8 +147,8 @@ class RunResults:
     def save(self, folder: str | Path) -> Path:
         """Write ``history.csv``, ``trace.json``, ``timeline.json``, ``comm.csv``, ``events.csv``,
         ``memory.csv`` (:meth:`memory`), ``config.json`` (the job, :meth:`TrainConfig.to_dict`,
-        with the launch's run id, predicted bytes and plan memory limit, and ``status: failed`` and the ``error`` of
-        a failed run) and, for a run trained from a plan, ``prediction.json``
+        with the launch's run id, predicted bytes and plan memory limit, and ``status: failed``
+        and the ``error`` of a failed run) and, for a run trained from a plan, ``prediction.json``
         (:attr:`prediction`) into ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,10 @@ full-graph buffers. :mod:`gnnpipe.analysis.memory` scales these to the real grap
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +36,7 @@ from gnnpipe.engine.graph import Adjacency, normalized_adjacency
 from gnnpipe.engine.single import FullGraphContext, chunk_loss
 from gnnpipe.nn import LayerStack
 
-__all__ = ["PROBE_NODES", "Footprint", "LiveBytes", "footprint", "probe_graph"]
+__all__ = ["PROBE_NODES", "Footprint", "LiveBytes", "footprint", "probe_graph", "torch_threads"]
 
 #: Nodes of the probe graph: enough rows that per-row costs dominate fixed ones.
 PROBE_NODES = 4096
@@ -152,11 +154,19 @@ def footprint(model: LayerStack, data: Data, start: int, stop: int, *, chunked: 
     It runs on one torch thread (restored afterwards): a probe's ops are small, and on a host
     whose cores are busy threads mostly wait on each other (planning a GCNII-32 on Cora beside
     two busy processes on 2 cores: its memory check took 27.1 s on 2 threads, 7.7 s on one)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _measured(model, data, start, stop, chunked,
                          (techniques or Techniques(), recompute, history_dtype), adj)
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Within this block torch computes on ``threads`` threads (None: as many as now); the
+    count before it is restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        yield
     finally:
         torch.set_num_threads(before)
 

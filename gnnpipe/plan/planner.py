@@ -47,8 +47,8 @@ TIE = 0.02
 #: Share of ``memory_limit`` a plan keeps free by default: a layout fits when every rank's
 #: estimate is at most ``(1 - headroom) × memory_limit``. Measured, ranks whose chunk tensors are
 #: under 1 MiB hold 1.2-1.6× their estimate (glibc's heap keeps holes between them) unless a Dask
-#: ``memory_limit`` or the plan's makes them trim (1.02-1.13×: ``benchmarks/heap_ceiling.py``; 1.08× for the
-#: capped GCN-16 case of ``benchmarks/plan_choice.py``): 15% covers the 1.13× measured, 10% did not.
+#: ``memory_limit`` or the plan's makes them trim (1.02-1.13×: ``benchmarks/heap_ceiling.py``;
+#: 1.08× for the capped GCN-16 case of ``benchmarks/plan_choice.py``): 15% covers the 1.13× measured, 10% did not.
 HEADROOM = 0.15
 #: Under a memory limit a worker profiles its share of the blocks in this many ranges, one after
 #: another (a 100,000-node GCNII-32's half, 17 blocks with their buffers, overran workers capped

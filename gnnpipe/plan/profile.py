@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 from torch_geometric.data import Data
 
+from gnnpipe.analysis.footprint import torch_threads
 from gnnpipe.datasets.fit import model_graph
 from gnnpipe.nn import LayerStack, check_stack
 from gnnpipe.plan.bench import SliceBench, medians, tiny_rows
@@ -216,15 +216,11 @@ def profile_model(model: LayerStack, data: Data, chunks: int = 8, *,
         raise ValueError(f"blocks: expected a range within 0-{len(model)}, got {blocks!r}")
     count, reach = profile_counts(chunks, n)
     began = time.perf_counter()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads or before)
     work = copy.deepcopy(model).train()
-    try:
+    with torch_threads(threads):
         bench = SliceBench(work, data, count, start, stop, seed, lean=lean)
         took = medians(bench, warmup, repeats, until)
         kept, buffers = bench.kept_bytes(), bench.buffer_bytes()
-    finally:
-        torch.set_num_threads(before)
     rows = n - bench.big_rows - tiny_rows(n)  # of the normal chunks
     costs = []
     for k, b in enumerate(range(start, stop)):
